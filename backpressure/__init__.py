@@ -1,0 +1,23 @@
+"""The flow-control core, free of I/O: bounded queues, batch inserters, wait strategies.
+
+Storm 2.0's messaging and backpressure model (seeds/storm2-messaging-redesign.txt,
+seeds/storm2-backpressure-model.txt). Nothing here imports Ray: actors carry out what
+these classes decide, and every class is unit-tested without a cluster.
+"""
+
+from backpressure._jcqueue import BatchInserter, JCQueue, JCQueueMetrics, QueueInterrupted
+from backpressure._rate import RateTracker
+from backpressure._wait import (
+    SITUATIONS,
+    ParkWaitStrategy,
+    ProgressiveWaitStrategy,
+    SleepWaitStrategy,
+    WaitStrategy,
+    make_wait_strategy,
+)
+
+__all__ = [
+    "BatchInserter", "JCQueue", "JCQueueMetrics", "ParkWaitStrategy",
+    "ProgressiveWaitStrategy", "QueueInterrupted", "RateTracker", "SITUATIONS",
+    "SleepWaitStrategy", "WaitStrategy", "make_wait_strategy",
+]

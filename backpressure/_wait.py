@@ -1,0 +1,109 @@
+"""Wait strategies: how a thread idles between retries (Storm's ``IWaitStrategy``).
+
+Source: Storm 2.0 ``WaitStrategyProgressive`` / ``WaitStrategyPark`` (notes/storm2-internals.md
+§4). Python has no ``parkNanos``: a "park" of 1 ns is ``time.sleep(0)`` (release the GIL and
+yield the core), and a park of *µs* is ``time.sleep(µs / 1e6)``, whose real floor on Linux
+is ~50-60 µs. All strategies are stateless apart from the caller's ``idle_count``, so one
+instance may be shared.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from typing import Any
+
+#: The situations whose config keys a strategy is read from (Storm's ``WAIT_SITUATION``).
+SITUATIONS = {"spout": "topology.spout.wait", "bolt": "topology.bolt.wait",
+              "backpressure": "topology.backpressure.wait"}
+
+
+class WaitStrategy(ABC):
+    """Idle once and return the new idle count; reset the count to 0 after progress."""
+
+    @abstractmethod
+    def idle(self, idle_count: int) -> int:
+        """Wait a little; ``idle_count`` is how many times in a row the caller idled.
+
+        Returns:
+            The count to pass next time. Blocks the calling thread for 0 to a few ms.
+        """
+
+
+class ProgressiveWaitStrategy(WaitStrategy):
+    """Spin, then yield, then sleep: Storm's ``WaitStrategyProgressive``.
+
+    Args:
+        level1_count: idles that return at once (busy spin).
+        level2_count: further idles that yield the core (``time.sleep(0)``).
+        level3_sleep_ms: after that, each idle sleeps this long (count no longer grows).
+    """
+
+    def __init__(self, level1_count: int = 1, level2_count: int = 1000,
+                 level3_sleep_ms: float = 1.0) -> None:
+        self.level1_count = level1_count
+        self.level2_count = level2_count
+        self.level3_sleep_s = level3_sleep_ms / 1000.0
+
+    def idle(self, idle_count: int) -> int:
+        if idle_count < self.level1_count:
+            return idle_count + 1
+        if idle_count < self.level1_count + self.level2_count:
+            time.sleep(0)
+            return idle_count + 1
+        time.sleep(self.level3_sleep_s)
+        return idle_count
+
+    def __repr__(self) -> str:
+        return (f"ProgressiveWaitStrategy({self.level1_count}, {self.level2_count}, "
+                f"{self.level3_sleep_s * 1000:g} ms)")
+
+
+class ParkWaitStrategy(WaitStrategy):
+    """Sleep a fixed number of microseconds per idle (0 = busy spin): ``WaitStrategyPark``."""
+
+    def __init__(self, park_us: float = 100) -> None:
+        self.park_s = park_us / 1e6
+
+    def idle(self, idle_count: int) -> int:
+        if self.park_s > 0:
+            time.sleep(self.park_s)
+        return idle_count + 1
+
+
+class SleepWaitStrategy(WaitStrategy):
+    """Sleep a fixed number of milliseconds per idle."""
+
+    def __init__(self, sleep_ms: float = 1.0) -> None:
+        self.sleep_s = sleep_ms / 1000.0
+
+    def idle(self, idle_count: int) -> int:
+        time.sleep(self.sleep_s)
+        return idle_count + 1
+
+
+def make_wait_strategy(conf: dict[str, Any], situation: str) -> WaitStrategy:
+    """Build the strategy that ``conf`` selects for ``situation``.
+
+    Args:
+        conf: a full config (``topology.make_config``).
+        situation: ``"spout"``, ``"bolt"`` or ``"backpressure"``.
+
+    Raises:
+        ValueError: unknown situation or strategy name.
+    """
+    try:
+        prefix = SITUATIONS[situation]
+    except KeyError:
+        raise ValueError(f"unknown wait situation {situation!r}; "
+                         f"known: {sorted(SITUATIONS)}") from None
+    kind = conf[f"{prefix}.strategy"]
+    if kind == "progressive":
+        return ProgressiveWaitStrategy(conf[f"{prefix}.progressive.level1.count"],
+                                       conf[f"{prefix}.progressive.level2.count"],
+                                       conf[f"{prefix}.progressive.level3.sleep.millis"])
+    if kind == "park":
+        return ParkWaitStrategy(conf[f"{prefix}.park.microsec"])
+    if kind == "sleep":
+        return SleepWaitStrategy(conf[f"{prefix}.progressive.level3.sleep.millis"])
+    raise ValueError(f"unknown wait strategy {kind!r} for {prefix}.strategy")

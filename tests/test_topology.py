@@ -1,0 +1,176 @@
+"""The topology API without Ray: builder validation, fields, tuples, config."""
+
+from __future__ import annotations
+
+import pytest
+
+from topology import (
+    Bolt,
+    CollectorBolt,
+    ConfigError,
+    Fields,
+    IterableSpout,
+    Spout,
+    TopologyBuilder,
+    TopologyError,
+    Tuple,
+    effective_batch_size,
+    make_config,
+)
+
+
+class WordSpout(Spout):
+    outputs = ("word",)
+
+    def next_tuple(self):
+        raise StopIteration
+
+
+class TwoStreams(Bolt):
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("word", "count"))
+        declarer.declare(Fields("error"), stream_id="errors")
+        declarer.declare(Fields("x"), stream_id="direct_out", direct=True)
+
+    def execute(self, tup):
+        pass
+
+
+class Sink(Bolt):
+    def execute(self, tup):
+        pass
+
+
+def _base():
+    b = TopologyBuilder()
+    b.set_spout("words", WordSpout(), 2)
+    return b
+
+
+def test_valid_topology_assigns_task_ids_in_sorted_component_order():
+    b = _base()
+    b.set_bolt("split", TwoStreams(), 3).shuffle_grouping("words")
+    b.set_bolt("count", Sink(), 2).fields_grouping("split", ["word"]) \
+        .shuffle_grouping("split", stream="errors")
+    b.set_bolt("d", Sink()).direct_grouping("split", "direct_out")
+    topo = b.create_topology()
+    assert dict(topo.component_tasks) == {"count": (1, 2), "d": (3,), "split": (4, 5, 6),
+                                          "words": (7, 8)}
+    assert topo.upstream_tasks("count") == [4, 5, 6]
+    assert topo.downstream_tasks("split") == [1, 2, 3]
+    assert topo.components["split"].streams["errors"] == Fields("error")
+    assert topo.num_tasks == 8
+
+
+@pytest.mark.parametrize("wire, match", [
+    (lambda b: b.set_bolt("c", Sink()).shuffle_grouping("wrds"),
+     r"bolt 'c' subscribes to unknown component 'wrds'; known: \['c', 'words'\]"),
+    (lambda b: b.set_bolt("c", Sink()).shuffle_grouping("words", stream="nope"),
+     r"bolt 'c' subscribes to stream 'nope' of 'words'"),
+    (lambda b: b.set_bolt("c", Sink()).fields_grouping("words", ["wrd"]),
+     r"bolt 'c': fields grouping on field 'wrd', which stream 'default' of 'words'"),
+    (lambda b: b.set_bolt("c", Sink(), 0).shuffle_grouping("words"),
+     r"component 'c': parallelism_hint must be an int >= 1, got 0"),
+    (lambda b: b.set_bolt("c", Sink()),
+     r"bolt 'c' has no inputs"),
+    (lambda b: b.set_bolt("c", Sink()).direct_grouping("words"),
+     r"direct grouping on stream 'default' of 'words'"),
+    (lambda b: b.set_bolt("c", Sink()).shuffle_grouping("words").all_grouping("words"),
+     r"subscribes twice to stream 'default' of 'words'"),
+])
+def test_invalid_topologies_name_component_stream_and_field(wire, match):
+    b = _base()
+    wire(b)
+    with pytest.raises(TopologyError, match=match):
+        b.create_topology()
+
+
+def test_duplicate_ids_rejected():
+    b = _base()
+    with pytest.raises(TopologyError, match="duplicate component id 'words'"):
+        b.set_bolt("words", Sink())
+
+
+def test_topology_needs_a_spout_and_component_objects():
+    with pytest.raises(TopologyError, match="at least one spout"):
+        TopologyBuilder().create_topology()
+    with pytest.raises(TopologyError, match="must be a Bolt instance"):
+        TopologyBuilder().set_bolt("x", object())
+
+
+def test_stream_declared_twice():
+    class Twice(Bolt):
+        def declare_output_fields(self, d):
+            d.declare(["a"])
+            d.declare(["b"])
+
+    b = _base()
+    b.set_bolt("t", Twice()).shuffle_grouping("words")
+    with pytest.raises(TopologyError, match="component 't' declares stream 'default' twice"):
+        b.create_topology()
+
+
+def test_topology_is_immutable():
+    b = _base()
+    b.set_bolt("c", CollectorBolt()).shuffle_grouping("words")
+    topo = b.create_topology()
+    with pytest.raises(TypeError):
+        topo.components["x"] = None
+    b.set_bolt("later", Sink()).shuffle_grouping("words")
+    assert "later" not in topo.components
+
+
+def test_tuple_access_by_name_and_position():
+    f = Fields("word", "count")
+    t = Tuple(["a", 3], f, "split", 4, "default")
+    assert (t["word"], t["count"], t[0], t.get("missing", 9)) == ("a", 3, "a", 9)
+    assert t.as_dict() == {"word": "a", "count": 3}
+    assert t.select(Fields("count")) == [3]
+    with pytest.raises(KeyError, match=r"no field 'wrd'; fields are \['word', 'count'\]"):
+        t["wrd"]
+    assert not hasattr(t, "__dict__")
+
+
+def test_fields_reject_duplicates():
+    with pytest.raises(TopologyError, match="duplicate field"):
+        Fields("a", "a")
+    assert Fields(["a", "b"]) == Fields("a", "b")
+
+
+def test_config_defaults_and_validation():
+    conf = make_config()
+    assert conf["topology.executor.receive.buffer.size"] == 32768
+    assert conf["topology.spout.recvq.skips"] == 3
+    assert conf["topology.backpressure.check.millis"] == 50
+    with pytest.raises(ConfigError, match="did you mean 'topology.max.spout.pending'"):
+        make_config({"topology.max.spout.pendng": 10})
+    with pytest.raises(ConfigError, match="'topology.workers' expects int, got str"):
+        make_config({"topology.workers": "2"})
+    with pytest.raises(ConfigError, match="expects int, got bool"):
+        make_config({"topology.workers": True})
+    with pytest.raises(ConfigError, match="must be >= 1"):
+        make_config({"topology.workers": 0})
+    with pytest.raises(ConfigError, match="must be one of"):
+        make_config({"topology.bolt.wait.strategy": "spin"})
+    assert make_config({"my.app.setting": [1]})["my.app.setting"] == [1]
+    assert make_config({"topology.max.spout.pending": None})["topology.max.spout.pending"] is None
+
+
+def test_effective_batch_size_clamped():
+    assert effective_batch_size(make_config({"topology.executor.receive.buffer.size": 100})) == 50
+
+
+def test_iterable_spout_arguments():
+    with pytest.raises(TopologyError, match="exactly one of"):
+        IterableSpout()
+    assert IterableSpout([1, 2], fields=("a",)).outputs == ("a",)
+
+
+def test_topology_package_does_not_import_ray():
+    import subprocess
+    import sys
+
+    code = "import sys, topology, backpressure; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "False"

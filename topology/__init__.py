@@ -1,0 +1,38 @@
+"""The user API: spouts, bolts, streams, fields, groupings and Storm's config keys.
+
+Pure Python: importing this package never imports Ray (only ``DataFrameSpout`` does, when
+built). Names follow Storm's, in snake_case.
+"""
+
+from topology._builder import (
+    GROUPINGS,
+    BoltDeclarer,
+    ComponentSpec,
+    Grouping,
+    SpoutDeclarer,
+    StormTopology,
+    TopologyBuilder,
+)
+from topology._components import (
+    DEFAULT_STREAM,
+    Bolt,
+    OutputCollector,
+    OutputFieldsDeclarer,
+    Spout,
+    SpoutOutputCollector,
+    TopologyContext,
+)
+from topology._config import CONFIG_KEYS, DEFAULTS, ConfigKey, effective_batch_size, make_config
+from topology._dataframe_spout import DataFrameSpout
+from topology._errors import ConfigError, EmitError, TopologyError
+from topology._fields import Fields
+from topology._spouts import CollectorBolt, IterableSpout
+from topology._tuple import Tuple
+
+__all__ = [
+    "Bolt", "BoltDeclarer", "CONFIG_KEYS", "CollectorBolt", "ComponentSpec", "ConfigError",
+    "ConfigKey", "DEFAULTS", "DEFAULT_STREAM", "DataFrameSpout", "EmitError", "Fields",
+    "GROUPINGS", "Grouping", "IterableSpout", "OutputCollector", "OutputFieldsDeclarer",
+    "Spout", "SpoutDeclarer", "SpoutOutputCollector", "StormTopology", "TopologyBuilder",
+    "TopologyContext", "TopologyError", "Tuple", "effective_batch_size", "make_config",
+]

@@ -1,0 +1,291 @@
+"""``TopologyBuilder``: declare spouts, bolts and groupings; validate; freeze.
+
+Storm's ``TopologyBuilder`` in snake_case. ``create_topology()`` checks the whole graph
+and returns an immutable :class:`StormTopology`; every error names the component, the
+stream and the field involved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from topology._components import DEFAULT_STREAM, Bolt, OutputFieldsDeclarer, Spout
+from topology._errors import TopologyError
+from topology._fields import Fields
+
+#: The grouping kinds, Storm's names.
+GROUPINGS = ("shuffle", "fields", "all", "global", "direct", "local_or_shuffle", "none")
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """How one subscription partitions a stream over the subscriber's tasks.
+
+    Attributes:
+        source: the emitting component's id.
+        stream: the stream id.
+        kind: one of :data:`GROUPINGS`.
+        fields: the grouping fields, for ``fields`` groupings.
+    """
+
+    source: str
+    stream: str
+    kind: str
+    fields: Fields | None = None
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """A frozen component: its object, parallelism, inputs and declared streams."""
+
+    id: str
+    obj: Spout | Bolt
+    parallelism: int
+    inputs: tuple[Grouping, ...]
+    streams: MappingProxyType  # stream id -> Fields
+    direct_streams: frozenset[str]
+    conf: MappingProxyType
+
+    @property
+    def is_spout(self) -> bool:
+        return isinstance(self.obj, Spout)
+
+
+class BoltDeclarer:
+    """Returned by ``set_bolt``; each grouping method subscribes the bolt and returns self."""
+
+    def __init__(self, builder: TopologyBuilder, bolt_id: str) -> None:
+        self._builder = builder
+        self._id = bolt_id
+
+    def _add(self, source: str, stream: str, kind: str,
+             fields: Fields | Sequence[str] | None = None) -> BoltDeclarer:
+        if fields is not None and not isinstance(fields, Fields):
+            if isinstance(fields, str):
+                fields = (fields,)
+            fields = Fields(tuple(fields))
+        self._builder._inputs[self._id].append(Grouping(source, stream, kind, fields))
+        return self
+
+    def shuffle_grouping(self, source: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Spread tuples evenly over the tasks (random round robin)."""
+        return self._add(source, stream, "shuffle")
+
+    def fields_grouping(self, source: str, fields: Fields | Sequence[str],
+                        stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Tuples with equal values of ``fields`` go to the same task."""
+        return self._add(source, stream, "fields", fields)
+
+    def all_grouping(self, source: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Every task gets every tuple."""
+        return self._add(source, stream, "all")
+
+    def global_grouping(self, source: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Every tuple goes to the task with the lowest id."""
+        return self._add(source, stream, "global")
+
+    def direct_grouping(self, source: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """The emitter picks the task with ``emit_direct``; the stream must be declared direct."""
+        return self._add(source, stream, "direct")
+
+    def local_or_shuffle_grouping(self, source: str,
+                                  stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Shuffle among the tasks in the emitter's worker if any, else among all."""
+        return self._add(source, stream, "local_or_shuffle")
+
+    def none_grouping(self, source: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """No preference; currently a shuffle, as in Storm."""
+        return self._add(source, stream, "none")
+
+    def add_configuration(self, key: str, value: Any) -> BoltDeclarer:
+        self._builder._conf[self._id][key] = value
+        return self
+
+
+class SpoutDeclarer:
+    """Returned by ``set_spout``."""
+
+    def __init__(self, builder: TopologyBuilder, spout_id: str) -> None:
+        self._builder = builder
+        self._id = spout_id
+
+    def add_configuration(self, key: str, value: Any) -> SpoutDeclarer:
+        self._builder._conf[self._id][key] = value
+        return self
+
+
+class StormTopology:
+    """An immutable, validated topology: components and their task ids.
+
+    Task ids are assigned from 1, component by component in sorted id order (as Storm
+    does), so a topology always gets the same ids.
+    """
+
+    def __init__(self, components: dict[str, ComponentSpec]) -> None:
+        self._components = MappingProxyType(dict(components))
+        tasks: dict[str, tuple[int, ...]] = {}
+        next_id = 1
+        for cid in sorted(components):
+            n = components[cid].parallelism
+            tasks[cid] = tuple(range(next_id, next_id + n))
+            next_id += n
+        self._tasks = MappingProxyType(tasks)
+        self._task_component = {t: c for c, ts in tasks.items() for t in ts}
+
+    @property
+    def components(self) -> MappingProxyType:
+        return self._components
+
+    @property
+    def component_tasks(self) -> MappingProxyType:
+        """Component id → its task ids."""
+        return self._tasks
+
+    def task_component(self, task: int) -> str:
+        return self._task_component[task]
+
+    @property
+    def num_tasks(self) -> int:
+        return len(self._task_component)
+
+    def subscribers(self, source: str) -> list[tuple[str, Grouping]]:
+        """(bolt id, grouping) pairs that consume streams of ``source``."""
+        return [(cid, g) for cid, spec in self._components.items() for g in spec.inputs
+                if g.source == source]
+
+    def upstream_tasks(self, component: str) -> list[int]:
+        """Task ids of every component ``component`` subscribes to (any stream)."""
+        srcs = sorted({g.source for g in self._components[component].inputs})
+        return [t for s in srcs for t in self._tasks[s]]
+
+    def downstream_tasks(self, component: str) -> list[int]:
+        comps = sorted({cid for cid, _ in self.subscribers(component)})
+        return [t for c in comps for t in self._tasks[c]]
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{c}x{s.parallelism}" for c, s in self._components.items())
+        return f"StormTopology({parts})"
+
+
+class TopologyBuilder:
+    """Build a topology (Storm's ``TopologyBuilder``).
+
+    Example:
+        >>> b = TopologyBuilder()
+        >>> b.set_spout("words", WordSpout(), 2)
+        >>> b.set_bolt("count", CountBolt(), 4).fields_grouping("words", ["word"])
+        >>> topo = b.create_topology()
+    """
+
+    def __init__(self) -> None:
+        self._objs: dict[str, Spout | Bolt] = {}
+        self._par: dict[str, Any] = {}
+        self._inputs: dict[str, list[Grouping]] = {}
+        self._conf: dict[str, dict] = {}
+        self._duplicates: list[str] = []
+
+    def _add(self, cid: str, obj: Any, parallelism_hint: Any) -> None:
+        if not isinstance(cid, str) or not cid or cid.startswith("__"):
+            raise TopologyError(f"component id must be a non-empty string not starting with "
+                                f"'__', got {cid!r}")
+        if cid in self._objs:
+            self._duplicates.append(cid)
+            raise TopologyError(f"duplicate component id {cid!r}: ids must be unique across "
+                                f"spouts and bolts")
+        self._objs[cid] = obj
+        self._par[cid] = parallelism_hint
+        self._inputs[cid] = []
+        self._conf[cid] = {}
+
+    def set_spout(self, spout_id: str, spout: Spout, parallelism_hint: int = 1) -> SpoutDeclarer:
+        """Add a spout with ``parallelism_hint`` tasks.
+
+        Raises:
+            TopologyError: duplicate id, or ``spout`` is not a :class:`Spout`.
+        """
+        if not isinstance(spout, Spout):
+            raise TopologyError(f"spout {spout_id!r} must be a Spout instance, got "
+                                f"{type(spout).__name__}")
+        self._add(spout_id, spout, parallelism_hint)
+        return SpoutDeclarer(self, spout_id)
+
+    def set_bolt(self, bolt_id: str, bolt: Bolt, parallelism_hint: int = 1) -> BoltDeclarer:
+        """Add a bolt with ``parallelism_hint`` tasks; subscribe it with the returned declarer.
+
+        Raises:
+            TopologyError: duplicate id, or ``bolt`` is not a :class:`Bolt`.
+        """
+        if not isinstance(bolt, Bolt):
+            raise TopologyError(f"bolt {bolt_id!r} must be a Bolt instance, got "
+                                f"{type(bolt).__name__}")
+        self._add(bolt_id, bolt, parallelism_hint)
+        return BoltDeclarer(self, bolt_id)
+
+    def create_topology(self) -> StormTopology:
+        """Validate the graph and return an immutable :class:`StormTopology`.
+
+        Raises:
+            TopologyError: no spout; parallelism < 1; a subscription to an unknown
+                component or undeclared stream; a fields grouping on an undeclared field;
+                a direct grouping on a stream not declared direct; a bolt without inputs.
+        """
+        if not any(isinstance(o, Spout) for o in self._objs.values()):
+            raise TopologyError("a topology needs at least one spout")
+        streams: dict[str, OutputFieldsDeclarer] = {}
+        for cid, obj in self._objs.items():
+            par = self._par[cid]
+            if not isinstance(par, int) or isinstance(par, bool) or par < 1:
+                raise TopologyError(f"component {cid!r}: parallelism_hint must be an int >= 1, "
+                                    f"got {par!r}")
+            d = OutputFieldsDeclarer(cid)
+            obj.declare_output_fields(d)
+            streams[cid] = d
+        for cid, inputs in self._inputs.items():
+            if isinstance(self._objs[cid], Bolt) and not inputs:
+                raise TopologyError(f"bolt {cid!r} has no inputs: subscribe it with a grouping")
+            for g in inputs:
+                if g.kind not in GROUPINGS:
+                    raise TopologyError(f"bolt {cid!r}: unknown grouping {g.kind!r}")
+                if g.source not in self._objs:
+                    raise TopologyError(
+                        f"bolt {cid!r} subscribes to unknown component {g.source!r}; "
+                        f"known: {sorted(self._objs)}")
+                src_streams = streams[g.source].streams
+                if g.stream not in src_streams:
+                    raise TopologyError(
+                        f"bolt {cid!r} subscribes to stream {g.stream!r} of {g.source!r}, "
+                        f"which {g.source!r} does not declare; declared: {sorted(src_streams)}")
+                if g.kind == "fields":
+                    if g.fields is None or len(g.fields) == 0:
+                        raise TopologyError(f"bolt {cid!r}: fields grouping on {g.source!r} "
+                                            f"stream {g.stream!r} needs at least one field")
+                    for f in g.fields:
+                        if f not in src_streams[g.stream]:
+                            raise TopologyError(
+                                f"bolt {cid!r}: fields grouping on field {f!r}, which stream "
+                                f"{g.stream!r} of {g.source!r} does not declare; its fields "
+                                f"are {src_streams[g.stream].to_list()}")
+                is_direct = g.stream in streams[g.source].direct
+                if (g.kind == "direct") != is_direct:
+                    want = "declared direct" if g.kind == "direct" else "not direct"
+                    raise TopologyError(
+                        f"bolt {cid!r}: {g.kind} grouping on stream {g.stream!r} of "
+                        f"{g.source!r}, but a {g.kind} grouping needs a stream {want}")
+            seen = set()
+            for g in inputs:
+                if (g.source, g.stream) in seen:
+                    raise TopologyError(f"bolt {cid!r} subscribes twice to stream {g.stream!r} "
+                                        f"of {g.source!r}")
+                seen.add((g.source, g.stream))
+        comps = {
+            cid: ComponentSpec(
+                id=cid, obj=obj, parallelism=self._par[cid],
+                inputs=tuple(self._inputs[cid]),
+                streams=MappingProxyType(dict(streams[cid].streams)),
+                direct_streams=frozenset(streams[cid].direct),
+                conf=MappingProxyType(dict(self._conf[cid])))
+            for cid, obj in self._objs.items()}
+        return StormTopology(comps)

@@ -1,0 +1,200 @@
+"""Spouts, bolts, the output declarer, the context and the collectors' interface.
+
+Storm's ``IRichSpout`` / ``IRichBolt`` in snake_case. A component object is built on the
+driver, pickled, and rebuilt inside each of its tasks' executor actors: one instance per
+task, so instance attributes are per-task state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from topology._errors import TopologyError
+from topology._fields import Fields
+from topology._tuple import Tuple
+
+DEFAULT_STREAM = "default"
+
+
+class OutputFieldsDeclarer:
+    """Collects the streams a component declares (Storm's ``OutputFieldsDeclarer``)."""
+
+    def __init__(self, component_id: str) -> None:
+        self.component_id = component_id
+        self.streams: dict[str, Fields] = {}
+        self.direct: set[str] = set()
+
+    def declare(self, fields: Fields | Sequence[str], stream_id: str = DEFAULT_STREAM,
+                direct: bool = False) -> None:
+        """Declare ``stream_id`` with ``fields``.
+
+        Raises:
+            TopologyError: the stream is declared twice or its id is not a string.
+        """
+        if not isinstance(stream_id, str) or not stream_id or stream_id.startswith("__"):
+            raise TopologyError(f"component {self.component_id!r}: invalid stream id "
+                                f"{stream_id!r} (names starting with '__' are reserved)")
+        if stream_id in self.streams:
+            raise TopologyError(f"component {self.component_id!r} declares stream "
+                                f"{stream_id!r} twice")
+        self.streams[stream_id] = fields if isinstance(fields, Fields) else Fields(fields)
+        if direct:
+            self.direct.add(stream_id)
+
+    def declare_stream(self, stream_id: str, fields: Fields | Sequence[str],
+                       direct: bool = False) -> None:
+        """Storm's ``declareStream(streamId, fields)``."""
+        self.declare(fields, stream_id=stream_id, direct=direct)
+
+
+class _Component:
+    """Shared behaviour of spouts and bolts: output declaration."""
+
+    #: Fields of the default stream, e.g. ``outputs = ("word", "count")``.
+    outputs: Sequence[str] | None = None
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        """Declare output streams; the default uses :attr:`outputs` for the default stream."""
+        if self.outputs is not None:
+            declarer.declare(Fields(tuple(self.outputs)))
+
+    def get_component_configuration(self) -> dict[str, Any] | None:
+        """Per-component config overrides (Storm's ``getComponentConfiguration``)."""
+        return None
+
+
+class Spout(_Component):
+    """A source of tuples (Storm's ``ISpout``).
+
+    The executor calls :meth:`next_tuple` in a loop on its single executor thread; it must
+    not block for long (return without emitting when there is nothing to emit, and the
+    executor idles under ``topology.spout.wait.strategy``). Raising ``StopIteration`` means
+    the spout is exhausted: an end-of-stream marker then flows down every edge.
+    """
+
+    def open(self, conf: dict, context: TopologyContext, collector: SpoutOutputCollector) -> None:
+        """Called once in the task, before any other method. Keep ``collector``."""
+
+    def next_tuple(self) -> None:
+        """Emit zero or more tuples through the collector; raise ``StopIteration`` at the end."""
+        raise NotImplementedError
+
+    def ack(self, msg_id: Any) -> None:
+        """The tuple tree of ``msg_id`` was fully processed."""
+
+    def fail(self, msg_id: Any) -> None:
+        """The tuple tree of ``msg_id`` failed or timed out; replay it if you can."""
+
+    def activate(self) -> None:
+        """The topology was activated."""
+
+    def deactivate(self) -> None:
+        """The topology was deactivated: ``next_tuple`` is not called until activation."""
+
+    def close(self) -> None:
+        """The task is shutting down (not guaranteed on a process crash)."""
+
+
+class Bolt(_Component):
+    """A processing step (Storm's ``IBolt``), plus Flink's ``endInput`` as :meth:`finish`."""
+
+    def prepare(self, conf: dict, context: TopologyContext, collector: OutputCollector) -> None:
+        """Called once in the task before any tuple. Keep ``collector``."""
+
+    def execute(self, tup: Tuple) -> None:
+        """Process one tuple; may emit. An exception is reported and the next tuple follows."""
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """Called once when every input of this task has ended; may emit (totals, say)."""
+
+    def cleanup(self) -> None:
+        """The task is shutting down."""
+
+
+@dataclass(frozen=True)
+class TopologyContext:
+    """What a task knows of its place in the topology (Storm's ``TopologyContext``).
+
+    Attributes:
+        topology_name: the name given at submit.
+        component_id: this component's id.
+        task_id: this task's id (global across the topology, from 1).
+        task_index: index of this task among its component's tasks (0-based).
+        component_tasks: every component's task ids.
+        worker_index: the worker (placement group) holding this task.
+        sources: for each ``(component, stream)`` this task subscribes to, its ``Fields``.
+    """
+
+    topology_name: str
+    component_id: str
+    task_id: int
+    task_index: int
+    component_tasks: dict[str, list[int]]
+    worker_index: int = 0
+    sources: dict[tuple[str, str], Fields] = field(default_factory=dict)
+
+    def get_this_task_id(self) -> int:
+        return self.task_id
+
+    def get_this_task_index(self) -> int:
+        return self.task_index
+
+    def get_this_component_id(self) -> str:
+        return self.component_id
+
+    def get_component_tasks(self, component_id: str) -> list[int]:
+        return list(self.component_tasks.get(component_id, []))
+
+    def get_component_id(self, task_id: int) -> str:
+        for comp, tasks in self.component_tasks.items():
+            if task_id in tasks:
+                return comp
+        raise KeyError(f"no task {task_id} in topology {self.topology_name!r}")
+
+
+class SpoutOutputCollector:
+    """What a spout emits through (Storm's ``SpoutOutputCollector``). Never blocks."""
+
+    def emit(self, values: Sequence, stream: str = DEFAULT_STREAM, msg_id: Any = None) -> list[int]:
+        """Emit ``values`` on ``stream``; returns the target task ids.
+
+        Raises:
+            EmitError: wrong number of values, or a stream this spout did not declare.
+        """
+        raise NotImplementedError
+
+    def emit_direct(self, task: int, values: Sequence, stream: str = DEFAULT_STREAM,
+                    msg_id: Any = None) -> None:
+        raise NotImplementedError
+
+    def report_error(self, exc: BaseException) -> None:
+        raise NotImplementedError
+
+
+class OutputCollector:
+    """What a bolt emits through (Storm's ``OutputCollector``). Never blocks."""
+
+    def emit(self, values: Sequence, stream: str = DEFAULT_STREAM,
+             anchors: Sequence[Tuple] | Tuple | None = None) -> list[int]:
+        """Emit ``values`` on ``stream``, anchored to ``anchors``; returns target task ids.
+
+        Raises:
+            EmitError: wrong number of values, or a stream this bolt did not declare.
+        """
+        raise NotImplementedError
+
+    def emit_direct(self, task: int, values: Sequence, stream: str = DEFAULT_STREAM,
+                    anchors: Sequence[Tuple] | Tuple | None = None) -> None:
+        raise NotImplementedError
+
+    def ack(self, tup: Tuple) -> None:
+        raise NotImplementedError
+
+    def fail(self, tup: Tuple) -> None:
+        raise NotImplementedError
+
+    def report_error(self, exc: BaseException) -> None:
+        raise NotImplementedError

@@ -1,0 +1,186 @@
+"""Storm's ``topology.*`` configuration keys: defaults in one place, each with its reason.
+
+A topology's config is a plain ``dict`` keyed by Storm's names. :func:`make_config`
+merges a user dict over :data:`DEFAULTS`, rejecting unknown keys and wrong types, so a
+typo (``topology.max.spout.pendng``) fails at submit time instead of being ignored.
+Source: Storm's ``conf/defaults.yaml`` (see notes/storm2-internals.md §1).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+from topology._errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One configuration key: its name, accepted types, default, bounds and the reason."""
+
+    name: str
+    types: tuple[type, ...]
+    default: Any
+    reason: str
+    minimum: float | None = None
+    nullable: bool = False
+    choices: tuple[str, ...] | None = None
+
+
+WAIT_STRATEGIES = ("progressive", "park", "sleep")
+
+_KEYS: list[ConfigKey] = [
+    ConfigKey("topology.workers", (int,), 1,
+              "Storm's default; one worker keeps every hop a direct executor-to-executor call.",
+              minimum=1),
+    ConfigKey("topology.executor.receive.buffer.size", (int,), 32768,
+              "Storm's default. Bounds each executor's receive queue, in tuples.", minimum=2),
+    ConfigKey("topology.producer.batch.size", (int,), 1000,
+              "Storm uses 1, but here every batch is a Ray actor call costing ~0.1-1 ms, so a "
+              "batch of 1 caps a hop at a few thousand tuples/s. 1000 amortises the call "
+              "(measured: benchmarks/throughput.py); the 1 ms flush interval bounds latency at "
+              "low rates. Clamped to half the receive buffer, as Storm's JCQueue does.",
+              minimum=1),
+    ConfigKey("topology.batch.flush.interval.millis", (int, float), 1,
+              "Storm's default: partial batches leave at least every 1 ms. 0 disables "
+              "flush tuples.", minimum=0),
+    ConfigKey("topology.transfer.buffer.size", (int,), 1000,
+              "Storm's default; the worker transfer queue (used by multi-worker topologies).",
+              minimum=2),
+    ConfigKey("topology.transfer.batch.size", (int,), 1,
+              "Storm's default; must be at most half of topology.transfer.buffer.size.",
+              minimum=1),
+    ConfigKey("topology.executor.overflow.limit", (int,), 0,
+              "Storm's default: 0 leaves the overflow queue (remote arrivals during the "
+              "halt-lag) unbounded; >0 drops, and counts, beyond the limit.", minimum=0),
+    ConfigKey("topology.backpressure.check.millis", (int, float), 50,
+              "Storm's default period of the backpressure-check timer.", minimum=1),
+    ConfigKey("topology.transfer.max.inflight.batches", (int,), 2,
+              "Ours (no Storm equivalent): batches sent to one destination task whose actor "
+              "call has not completed yet. The receiver completes the call only once the "
+              "batch is in its bounded queue, so this is the credit that bounds what sits in "
+              "Ray's call queues. 2 keeps one batch in transit while the next is filled.",
+              minimum=1),
+    ConfigKey("topology.backpressure.wait.strategy", (str,), "progressive",
+              "Storm's WaitStrategyProgressive.", choices=WAIT_STRATEGIES),
+    ConfigKey("topology.backpressure.wait.park.microsec", (int, float), 100,
+              "Storm's default.", minimum=0),
+    ConfigKey("topology.backpressure.wait.progressive.level1.count", (int,), 1,
+              "Storm's default: one spin before parking.", minimum=0),
+    ConfigKey("topology.backpressure.wait.progressive.level2.count", (int,), 1000,
+              "Storm's default: 1000 yields before sleeping.", minimum=0),
+    ConfigKey("topology.backpressure.wait.progressive.level3.sleep.millis", (int, float), 1,
+              "Storm's default.", minimum=0),
+    ConfigKey("topology.bolt.wait.strategy", (str,), "progressive",
+              "Storm's default idle strategy of a bolt with an empty queue.",
+              choices=WAIT_STRATEGIES),
+    ConfigKey("topology.bolt.wait.park.microsec", (int, float), 100, "Storm's default.",
+              minimum=0),
+    ConfigKey("topology.bolt.wait.progressive.level1.count", (int,), 1, "Storm's default.",
+              minimum=0),
+    ConfigKey("topology.bolt.wait.progressive.level2.count", (int,), 1000,
+              "Storm's default.", minimum=0),
+    ConfigKey("topology.bolt.wait.progressive.level3.sleep.millis", (int, float), 1,
+              "Storm's default.", minimum=0),
+    ConfigKey("topology.spout.wait.strategy", (str,), "progressive",
+              "Storm's default idle strategy of a spout that emitted nothing.",
+              choices=WAIT_STRATEGIES),
+    ConfigKey("topology.spout.wait.park.microsec", (int, float), 100, "Storm's default.",
+              minimum=0),
+    ConfigKey("topology.spout.wait.progressive.level1.count", (int,), 0,
+              "Storm's default: an idle spout sleeps straight away.", minimum=0),
+    ConfigKey("topology.spout.wait.progressive.level2.count", (int,), 0,
+              "Storm's default.", minimum=0),
+    ConfigKey("topology.spout.wait.progressive.level3.sleep.millis", (int, float), 1,
+              "Storm's default.", minimum=0),
+    ConfigKey("topology.spout.recvq.skips", (int,), 3,
+              "Storm's default: a spout checks its receive queue every 4th loop iteration.",
+              minimum=0),
+    ConfigKey("topology.max.spout.pending", (int,), None,
+              "Storm's default (no cap); used once acking is on.", minimum=1, nullable=True),
+    ConfigKey("topology.message.timeout.secs", (int, float), 30, "Storm's default.",
+              minimum=0),
+    ConfigKey("topology.acker.executors", (int,), None,
+              "Storm's default: null means one acker per worker.", minimum=0, nullable=True),
+    ConfigKey("topology.error.throttle.interval.secs", (int, float), 10,
+              "Storm's default: user-code errors are logged at most "
+              "topology.max.error.report.per.interval times per interval.", minimum=0),
+    ConfigKey("topology.max.error.report.per.interval", (int,), 5, "Storm's default.",
+              minimum=0),
+    ConfigKey("topology.component.cpu.pcore.percent", (int, float), 5.0,
+              "Storm's key (default 10.0). Each executor actor asks Ray for this share of a "
+              "core. 5% so that a 2-core machine holds a topology beside a Spark executor; "
+              "it is a scheduling token, not a limit.", minimum=0.001),
+    ConfigKey("topology.debug", (bool,), False, "Storm's default.")
+]
+
+#: Every known key, by name.
+CONFIG_KEYS: dict[str, ConfigKey] = {k.name: k for k in _KEYS}
+#: The defaults, by key name.
+DEFAULTS: dict[str, Any] = {k.name: k.default for k in _KEYS}
+
+
+def _check(key: ConfigKey, value: Any) -> None:
+    if value is None:
+        if key.nullable:
+            return
+        raise ConfigError(f"config {key.name!r} may not be None (default {key.default!r})")
+    if isinstance(value, bool) and bool not in key.types:
+        raise ConfigError(f"config {key.name!r} expects {_tn(key)}, got bool {value!r}")
+    if not isinstance(value, key.types):
+        raise ConfigError(
+            f"config {key.name!r} expects {_tn(key)}, got {type(value).__name__} {value!r}")
+    if key.choices is not None and value not in key.choices:
+        raise ConfigError(f"config {key.name!r} must be one of {list(key.choices)}, "
+                          f"got {value!r}")
+    if key.minimum is not None and not isinstance(value, (str, bool)) and value < key.minimum:
+        raise ConfigError(f"config {key.name!r} must be >= {key.minimum}, got {value!r}")
+
+
+def _tn(key: ConfigKey) -> str:
+    return " or ".join(t.__name__ for t in key.types)
+
+
+def make_config(conf: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Return a complete config: ``conf`` validated and merged over :data:`DEFAULTS`.
+
+    Keys outside ``topology.*`` (an application's own settings) pass through unchecked,
+    as in Storm, where the topology conf doubles as the application's config map.
+
+    Args:
+        conf: user settings keyed by Storm's names; ``None`` for all defaults.
+
+    Returns:
+        A new dict with every known key present.
+
+    Raises:
+        ConfigError: an unknown ``topology.*`` key (with the closest known name), a wrong
+            type, a value out of range, or inconsistent batch and buffer sizes.
+    """
+    merged = dict(DEFAULTS)
+    for name, value in (conf or {}).items():
+        if not isinstance(name, str):
+            raise ConfigError(f"config keys must be strings, got {name!r}")
+        key = CONFIG_KEYS.get(name)
+        if key is None:
+            if name.startswith("topology."):
+                close = difflib.get_close_matches(name, CONFIG_KEYS, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"unknown config key {name!r}{hint}")
+            merged[name] = value
+            continue
+        _check(key, value)
+        merged[name] = value
+    if merged["topology.transfer.batch.size"] * 2 > merged["topology.transfer.buffer.size"]:
+        raise ConfigError("config 'topology.transfer.batch.size' must be at most half of "
+                          "'topology.transfer.buffer.size' "
+                          f"({merged['topology.transfer.batch.size']} > "
+                          f"{merged['topology.transfer.buffer.size']} / 2)")
+    return merged
+
+
+def effective_batch_size(conf: dict[str, Any]) -> int:
+    """``topology.producer.batch.size`` clamped to ``[1, receive.buffer.size / 2]`` (Storm)."""
+    return max(1, min(conf["topology.producer.batch.size"],
+                      conf["topology.executor.receive.buffer.size"] // 2))

@@ -1,0 +1,61 @@
+"""``Tuple``: one message flowing on a stream (Storm's ``TupleImpl``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from topology._fields import Fields
+
+
+class Tuple:
+    """A list of values with field names, its source and stream.
+
+    Cheap by design: ``__slots__`` and no per-tuple dict; the field → index map is shared
+    by every tuple of the same stream (it lives in ``Fields``).
+
+    Attributes:
+        values: the values, in the order of ``fields``.
+        fields: the ``Fields`` the source declared for ``source_stream``.
+        source_component: id of the emitting spout or bolt.
+        source_task: task id of the emitter.
+        source_stream: stream id the tuple was emitted on.
+    """
+
+    __slots__ = ("values", "fields", "source_component", "source_task", "source_stream")
+
+    def __init__(self, values: list, fields: Fields, source_component: str,
+                 source_task: int, source_stream: str) -> None:
+        self.values = values
+        self.fields = fields
+        self.source_component = source_component
+        self.source_task = source_task
+        self.source_stream = source_stream
+
+    def __getitem__(self, key: str | int) -> Any:
+        """``tup["word"]`` by field name, or ``tup[0]`` by position; ``KeyError``/``IndexError``."""
+        if isinstance(key, int):
+            return self.values[key]
+        return self.values[self.fields.field_index(key)]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        i = self.fields._index.get(name)
+        return default if i is None else self.values[i]
+
+    def get_value_by_field(self, name: str) -> Any:
+        return self[name]
+
+    def select(self, selector: Fields) -> list:
+        return self.fields.select(selector, self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __iter__(self):
+        return iter(self.values)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(zip(self.fields, self.values))
+
+    def __repr__(self) -> str:
+        return (f"Tuple({self.source_component}:{self.source_task}/{self.source_stream} "
+                f"{self.as_dict()!r})")
