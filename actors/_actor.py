@@ -1,0 +1,168 @@
+"""``ExecutorActor``: one Ray actor per task, carrying out an :class:`ExecutorCore`.
+
+Concurrency groups keep control off the data path: ``data`` (1 thread) only decodes and
+enqueues incoming batches, and may block while the receive queue is full, which is what
+holds the sender's credit; ``control`` (1 thread) answers stats and shutdown at once;
+``wait`` (1 thread) parks in ``wait_done`` so the driver waits without polling.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import ray
+
+from actors._codec import FrameError, decode_batch, encode_batch
+from actors._executor import ExecutorCore
+
+logger = logging.getLogger("storm_on_ray.actor")
+
+
+class ActorSink:
+    """Sends a batch to a remote executor as one actor call: credit-based, never blocking.
+
+    At most ``max_inflight`` calls to the destination may be unfinished; the receiver
+    finishes a call only once the batch is inside its bounded receive queue. With no
+    credit left the sink takes nothing (returns 0), the sender's emit goes to
+    ``pending_emits``, and memory in transit stays bounded by
+    ``max_inflight × topology.producer.batch.size`` per (sender, receiver) pair.
+    """
+
+    __slots__ = ("_receive", "_src", "_max", "_inflight", "_core", "dest", "sent_batches")
+
+    def __init__(self, handle, src_task: int, dest_task: int, max_inflight: int,
+                 core: ExecutorCore) -> None:
+        self._receive = handle.receive
+        self._src = src_task
+        self.dest = dest_task
+        self._max = max_inflight
+        self._inflight: list = []
+        self._core = core
+        self.sent_batches = 0
+
+    def _reap(self) -> bool:
+        ready, rest = ray.wait(self._inflight, num_returns=len(self._inflight), timeout=0,
+                               fetch_local=False)
+        if not ready:
+            return False
+        self._inflight = rest
+        try:
+            ray.get(ready)
+        except Exception as e:  # the receiver died or raised: make it visible
+            self._core.errors.report(e, f"send to task {self.dest}")
+        return True
+
+    def __call__(self, items: list) -> int:
+        if len(self._inflight) >= self._max and not self._reap():
+            return 0
+        try:
+            frame = encode_batch(self._src, items)
+        except TypeError:
+            frame = self._encode_skipping_bad(items)
+        self._inflight.append(self._receive.remote(frame))
+        self.sent_batches += 1
+        return len(items)
+
+    def _encode_skipping_bad(self, items: list) -> bytes:
+        good = []
+        for it in items:
+            try:
+                encode_batch(self._src, [it])
+                good.append(it)
+            except TypeError as e:
+                self._core.errors.report(e, "emit (serialisation)")
+        return encode_batch(self._src, good)
+
+    def outstanding(self) -> int:
+        return len(self._inflight)
+
+
+@ray.remote(concurrency_groups={"data": 1, "control": 1, "wait": 1}, max_restarts=0)
+class ExecutorActor:
+    """A Storm executor as a Ray actor (one task). See :class:`ExecutorCore`.
+
+    Args:
+        topology_name: the name given at submit.
+        topology: the frozen ``StormTopology`` (passed once through the object store).
+        conf: the validated topology config.
+        task_id: the task this actor runs.
+        task_worker: task id → worker index.
+    """
+
+    def __init__(self, topology_name, topology, conf, task_id, task_worker) -> None:
+        if not logging.getLogger().handlers:
+            logging.basicConfig(level=logging.INFO,
+                                format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self.core = ExecutorCore(topology_name, topology, conf, task_id, task_worker)
+        self._max_frame = 64 * 1024 * 1024
+        self._bad_frame_logged_at = 0.0
+        self._sinks: list[ActorSink] = []
+
+    @ray.method(concurrency_group="control")
+    def connect(self, handles: dict) -> None:
+        """Build one sink per destination task: our own queue for ourselves, else an actor."""
+        core = self.core
+        inflight = core.conf["topology.transfer.max.inflight.batches"]
+        sinks = {}
+        for t in core.destinations:
+            if t == core.task_id:
+                sinks[t] = core.local_sink()
+            else:
+                s = ActorSink(handles[t], core.task_id, t, inflight, core)
+                self._sinks.append(s)
+                sinks[t] = s
+        core.connect(sinks)
+
+    @ray.method(concurrency_group="control")
+    def start(self) -> None:
+        self.core.start()
+
+    @ray.method(concurrency_group="data")
+    def receive(self, frame: bytes) -> bool:
+        """Decode a batch and insert it into the receive queue; returns once it is all in.
+
+        A malformed frame, or one for a source this task does not consume, is counted
+        (``bad_frames``), logged at most once per 10 s, and dropped: it never raises.
+        """
+        core = self.core
+        try:
+            src, items = decode_batch(frame, self._max_frame)
+            core.receive_items(src, items)
+            return True
+        except (FrameError, ValueError) as e:
+            core.bad_frames += 1
+            now = time.time()
+            if now - self._bad_frame_logged_at > 10:
+                self._bad_frame_logged_at = now
+                logger.warning("%s:%d dropped a bad frame (%d so far): %s", core.component_id,
+                               core.task_id, core.bad_frames, e)
+            return False
+        except InterruptedError:
+            return False
+
+    @ray.method(concurrency_group="control")
+    def stats(self) -> dict:
+        s = self.core.stats()
+        s["inflight_batches"] = sum(x.outstanding() for x in self._sinks)
+        s["sent_batches"] = sum(x.sent_batches for x in self._sinks)
+        return s
+
+    @ray.method(concurrency_group="control")
+    def collected(self) -> list:
+        """What a ``CollectorBolt`` task holds (``[]`` for other components)."""
+        return list(getattr(self.core.obj, "received", []))
+
+    @ray.method(concurrency_group="control")
+    def pid(self) -> int:
+        import os
+        return os.getpid()
+
+    @ray.method(concurrency_group="control")
+    def shutdown(self) -> None:
+        self.core.stop()
+
+    @ray.method(concurrency_group="wait")
+    def wait_done(self, timeout: float | None = None) -> bool:
+        """Block until the task has ended its stream (or ``timeout`` s); True if it has."""
+        return self.core.done.wait(timeout)

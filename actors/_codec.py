@@ -1,0 +1,102 @@
+"""The msgpack wire codec for tuple batches (never pickle: a peer must not run code in us).
+
+A frame is ``msgpack([src_task, [[stream_index, values], ...]])``. Values are msgpack's own
+types plus these extension types, so Spark rows survive the trip:
+
+=====  ==========================  ==============================
+code   Python type                 payload
+=====  ==========================  ==============================
+1      ``datetime.datetime``       ISO 8601 text (offset kept)
+2      ``datetime.date``           ISO 8601 text
+3      ``decimal.Decimal``         its exact ``str``
+4      ``datetime.time``           ISO 8601 text
+=====  ==========================  ==============================
+
+Decoding is bounded (``max_frame_bytes``) and strict about shape; anything else raises
+:class:`FrameError`, which receivers count and drop.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+from typing import Any
+
+import msgpack
+
+_EXT_DATETIME, _EXT_DATE, _EXT_DECIMAL, _EXT_TIME = 1, 2, 3, 4
+
+#: Default cap on one frame, in bytes (64 MiB).
+DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+
+class FrameError(ValueError):
+    """A frame that cannot be decoded, is too large, or has the wrong shape."""
+
+
+def _default(obj: Any) -> msgpack.ExtType:
+    if isinstance(obj, _dt.datetime):
+        return msgpack.ExtType(_EXT_DATETIME, obj.isoformat().encode())
+    if isinstance(obj, _dt.date):
+        return msgpack.ExtType(_EXT_DATE, obj.isoformat().encode())
+    if isinstance(obj, decimal.Decimal):
+        return msgpack.ExtType(_EXT_DECIMAL, str(obj).encode())
+    if isinstance(obj, _dt.time):
+        return msgpack.ExtType(_EXT_TIME, obj.isoformat().encode())
+    if isinstance(obj, (set, frozenset)):
+        return list(obj)
+    raise TypeError(f"cannot serialise a {type(obj).__name__} in a tuple: use msgpack types "
+                    f"(None, bool, int, float, str, bytes, list, dict), datetime, date, time "
+                    f"or Decimal")
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    text = data.decode()
+    if code == _EXT_DATETIME:
+        return _dt.datetime.fromisoformat(text)
+    if code == _EXT_DATE:
+        return _dt.date.fromisoformat(text)
+    if code == _EXT_DECIMAL:
+        return decimal.Decimal(text)
+    if code == _EXT_TIME:
+        return _dt.time.fromisoformat(text)
+    raise FrameError(f"unknown msgpack extension type {code}")
+
+
+_packer_opts = {"default": _default, "use_bin_type": True, "strict_types": False}
+
+
+def encode_batch(src_task: int, items: list) -> bytes:
+    """Serialise one batch of ``(stream_index, values)`` from ``src_task``.
+
+    Raises:
+        TypeError: a value of a type the wire cannot carry (named in the message).
+    """
+    return msgpack.packb([src_task, items], **_packer_opts)
+
+
+def decode_batch(frame: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+                 ) -> tuple[int, list]:
+    """Parse a frame into ``(src_task, [[stream_index, values], ...])``.
+
+    Raises:
+        FrameError: oversized, undecodable, or not of the frame's shape.
+    """
+    if not isinstance(frame, (bytes, bytearray, memoryview)):
+        raise FrameError(f"frame must be bytes, got {type(frame).__name__}")
+    if len(frame) > max_frame_bytes:
+        raise FrameError(f"frame of {len(frame)} bytes exceeds the {max_frame_bytes}-byte limit")
+    try:
+        obj = msgpack.unpackb(frame, ext_hook=_ext_hook, raw=False, strict_map_key=False)
+    except FrameError:
+        raise
+    except Exception as e:
+        raise FrameError(f"undecodable frame ({type(e).__name__}: {e})") from None
+    if (not isinstance(obj, list) or len(obj) != 2 or not isinstance(obj[0], int)
+            or not isinstance(obj[1], list)):
+        raise FrameError("frame is not [src_task, [[stream, values], ...]]")
+    for item in obj[1]:
+        if (not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], int)
+                or not (item[1] is None or isinstance(item[1], list))):
+            raise FrameError("frame item is not [stream_index, values]")
+    return obj[0], obj[1]

@@ -1,0 +1,454 @@
+"""The executor: one task's receive queue, emit path and Storm 2.0 loop.
+
+:class:`ExecutorCore` holds everything an executor decides and does, with no Ray in it:
+its sinks (how a batch reaches a destination task) are injected by :meth:`connect`, so the
+loop runs in-process in tests as well as inside :class:`actors.ExecutorActor`.
+
+Data path (seeds/storm2-messaging-redesign.txt, notes/storm2-internals.md §2-4):
+
+* ``emit`` routes by grouping, then ``transfer`` appends ``(stream_index, values)`` to the
+  destination's :class:`BatchInserter` (``topology.producer.batch.size``), one level of
+  batching only. A batch leaves when full, or on a FlushTuple that a timer inserts into this
+  executor's own queue every ``topology.batch.flush.interval.millis`` (skipped when the queue
+  is full, or when one is already queued). The flush path only *tries*; it never blocks.
+* A send that fails (destination backlogged) goes to ``pending_emits``, and so does every
+  later emit until it drains (no reordering). A spout does not call ``next_tuple`` while
+  ``pending_emits`` is non-empty, but keeps consuming its own queue; a bolt stops consuming.
+  Retries idle under ``topology.backpressure.wait.strategy``.
+* End of stream: a spout that raises ``StopIteration`` sends an end-of-stream marker (stream
+  index -1) after its data to every downstream task; a bolt that has seen the marker from all
+  its upstream tasks and drained its queue calls ``finish()`` and does the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from actors._errors import ErrorReporter
+from actors._routing import build_routers, stream_table
+from backpressure import BatchInserter, JCQueue, make_wait_strategy
+from topology import (
+    DEFAULT_STREAM,
+    EmitError,
+    OutputCollector,
+    SpoutOutputCollector,
+    StormTopology,
+    TopologyContext,
+    Tuple,
+    effective_batch_size,
+    make_config,
+)
+
+logger = logging.getLogger("storm_on_ray.executor")
+
+#: The FlushTuple: only ever inserted locally, never on the wire.
+FLUSH = ("__flush__",)
+#: Wire stream index of the end-of-stream marker.
+EOS_STREAM = -1
+_EOS_MSG = (EOS_STREAM, None)
+
+Sink = Callable[[list], int]
+
+
+class _SpoutCollector(SpoutOutputCollector):
+    __slots__ = ("_core",)
+
+    def __init__(self, core: ExecutorCore) -> None:
+        self._core = core
+
+    def emit(self, values, stream: str = DEFAULT_STREAM, msg_id: Any = None) -> list[int]:
+        return self._core.emit(values, stream)
+
+    def emit_direct(self, task: int, values, stream: str = DEFAULT_STREAM,
+                    msg_id: Any = None) -> None:
+        self._core.emit_direct(task, values, stream)
+
+    def report_error(self, exc: BaseException) -> None:
+        self._core.errors.report(exc, "report_error")
+
+
+class _BoltCollector(OutputCollector):
+    __slots__ = ("_core",)
+
+    def __init__(self, core: ExecutorCore) -> None:
+        self._core = core
+
+    def emit(self, values, stream: str = DEFAULT_STREAM, anchors=None) -> list[int]:
+        return self._core.emit(values, stream)
+
+    def emit_direct(self, task: int, values, stream: str = DEFAULT_STREAM,
+                    anchors=None) -> None:
+        self._core.emit_direct(task, values, stream)
+
+    def ack(self, tup: Tuple) -> None:
+        self._core.acked += 1
+
+    def fail(self, tup: Tuple) -> None:
+        self._core.failed += 1
+
+    def report_error(self, exc: BaseException) -> None:
+        self._core.errors.report(exc, "report_error")
+
+
+class ExecutorCore:
+    """One task: its component instance, ``JCQueue``, routers, inserters and loop.
+
+    Threads: the executor thread runs :meth:`run` (the only caller of user code); receivers
+    call :meth:`receive_items` from any thread; a timer thread inserts FlushTuples.
+
+    Args:
+        topology_name: for logs and the context.
+        topology: the frozen topology (every task gets the same one).
+        conf: the submitted config (validated again here, merged with component config).
+        task_id: this task's id.
+        task_worker: task id → worker index (for ``local_or_shuffle`` and stats).
+    """
+
+    def __init__(self, topology_name: str, topology: StormTopology, conf: dict,
+                 task_id: int, task_worker: dict[int, int]) -> None:
+        self.topology_name = topology_name
+        self.task_id = task_id
+        self.component_id = topology.task_component(task_id)
+        spec = topology.components[self.component_id]
+        self.spec = spec
+        self.is_spout = spec.is_spout
+        self.conf = make_config({**conf, **dict(spec.conf)})
+        self.obj = spec.obj
+        c = self.conf
+        self.batch_size = effective_batch_size(c)
+        self.bp_wait = make_wait_strategy(c, "backpressure")
+        self.idle_wait = make_wait_strategy(c, "spout" if self.is_spout else "bolt")
+        self.queue = JCQueue(f"{self.component_id}:{task_id}",
+                             c["topology.executor.receive.buffer.size"], 1,
+                             c["topology.executor.overflow.limit"], self.bp_wait)
+        self.streams = stream_table(topology)
+        self.routers = build_routers(topology, self.component_id, task_id, task_worker)
+        self.destinations = sorted({t for r in self.routers.values() for t in
+                                    (r.direct_tasks | {t for s in r._subs for t in s.tasks})}
+                                   | set(topology.downstream_tasks(self.component_id)))
+        self.downstream = topology.downstream_tasks(self.component_id)
+        self.upstream_open = set(topology.upstream_tasks(self.component_id))
+        self.upstream_all = frozenset(self.upstream_open)
+        tasks = topology.component_tasks
+        self.context = TopologyContext(
+            topology_name, self.component_id, task_id,
+            list(tasks[self.component_id]).index(task_id),
+            {k: list(v) for k, v in tasks.items()}, task_worker.get(task_id, 0),
+            {(g.source, g.stream): topology.components[g.source].streams[g.stream]
+             for g in spec.inputs})
+        self.errors = ErrorReporter(self.component_id, task_id,
+                                    c["topology.error.throttle.interval.secs"],
+                                    c["topology.max.error.report.per.interval"])
+        self.pending: deque = deque()
+        self.inserters: dict[int, BatchInserter] = {}
+        self._inserter_list: list[BatchInserter] = []
+        # counters
+        self.emitted = 0
+        self.transferred_batches = 0
+        self.executed = 0
+        self.acked = 0
+        self.failed = 0
+        self.send_failures = 0
+        self.bad_frames = 0
+        self.backpressure_wait_s = 0.0
+        self.max_pending_emits = 0
+        # state
+        self.state = "created"
+        self._stop = False
+        self._flush_queued = False
+        self.done = threading.Event()
+        self._started_at = 0.0
+        self._finished_at = 0.0
+        self._thread: threading.Thread | None = None
+        self._timer: threading.Thread | None = None
+
+    # -- wiring --------------------------------------------------------------------------
+    def local_sink(self) -> Sink:
+        """A sink that delivers into this task's own queue (self-subscription)."""
+        return self.make_queue_sink(self.queue, self.task_id)
+
+    @staticmethod
+    def make_queue_sink(queue: JCQueue, src_task: int) -> Sink:
+        """A sink into ``queue`` in this process, tagging elements with ``src_task``."""
+        def sink(items: list) -> int:
+            return queue.try_fill([(src_task, s, v) for s, v in items])
+        return sink
+
+    def connect(self, sinks: dict[int, Sink]) -> None:
+        """Give the executor one sink per destination task; must cover ``destinations``.
+
+        Raises:
+            ValueError: a destination task has no sink.
+        """
+        missing = [t for t in self.destinations if t not in sinks]
+        if missing:
+            raise ValueError(f"task {self.task_id}: no sink for destination tasks {missing}")
+
+        def count_failure() -> None:
+            self.send_failures += 1
+
+        for t in self.destinations:
+            ins = BatchInserter(sinks[t], self.batch_size, self.bp_wait, count_failure,
+                                lambda: self._stop)
+            self.inserters[t] = ins
+            self._inserter_list.append(ins)
+
+    # -- emit path (executor thread only) ------------------------------------------------
+    def emit(self, values, stream: str) -> list[int]:
+        r = self.routers.get(stream)
+        if r is None:
+            raise EmitError(f"component {self.component_id!r} emitted on undeclared stream "
+                            f"{stream!r}; declared: {sorted(self.routers)}")
+        if len(values) != r.arity:
+            raise EmitError(
+                f"component {self.component_id!r} emitted {len(values)} values on stream "
+                f"{stream!r}, which declares {r.arity} fields "
+                f"{self.spec.streams[stream].to_list()}")
+        targets = r.route(values)
+        msg = (r.index, values)
+        if self.pending:
+            for t in targets:
+                self.pending.append((t, msg))
+        else:
+            inserters = self.inserters
+            for t in targets:
+                if self.pending or not inserters[t].try_publish(msg):
+                    self.pending.append((t, msg))
+        self.emitted += 1
+        return targets
+
+    def emit_direct(self, task: int, values, stream: str) -> None:
+        r = self.routers.get(stream)
+        if r is None:
+            raise EmitError(f"component {self.component_id!r} emitted on undeclared stream "
+                            f"{stream!r}; declared: {sorted(self.routers)}")
+        if len(values) != r.arity:
+            raise EmitError(f"component {self.component_id!r} emitted {len(values)} values on "
+                            f"stream {stream!r}, which declares {r.arity} fields")
+        r.check_direct(task)
+        self._transfer(task, (r.index, values))
+        self.emitted += 1
+
+    def _transfer(self, dest: int, msg: tuple) -> None:
+        if self.pending or not self.inserters[dest].try_publish(msg):
+            self.pending.append((dest, msg))
+
+    def try_flush_pending(self) -> bool:
+        """Retry ``pending_emits`` in order, stopping at the first failure; True if empty."""
+        p = self.pending
+        if len(p) > self.max_pending_emits:
+            self.max_pending_emits = len(p)
+        inserters = self.inserters
+        while p:
+            dest, msg = p[0]
+            if not inserters[dest].try_publish(msg):
+                return False
+            p.popleft()
+        return True
+
+    def try_flush_batches(self) -> bool:
+        """One non-blocking flush attempt of every partial batch; True if all are empty."""
+        ok = True
+        for ins in self._inserter_list:
+            if ins.batch and not ins.try_flush():
+                ok = False
+            elif ins.batch:
+                ok = False
+        return ok
+
+    # -- receive path (any thread) -------------------------------------------------------
+    def receive_items(self, src_task: int, items: list) -> None:
+        """Insert a decoded batch from ``src_task``; blocks while the queue is full.
+
+        Raises:
+            ValueError: the batch names a source or stream this task does not consume
+                (the caller counts and drops it).
+        """
+        if src_task not in self.upstream_all and src_task != self.task_id:
+            raise ValueError(f"task {self.task_id} does not consume from task {src_task}")
+        n = len(self.streams)
+        for s, _ in items:
+            if s >= n:
+                raise ValueError(f"unknown stream index {s}")
+        self.queue.publish_all([(src_task, s, v) for s, v in items], lambda: self._stop)
+
+    # -- the loop ------------------------------------------------------------------------
+    def _handle(self, el) -> None:
+        if el is FLUSH:
+            self._flush_queued = False
+            self.try_flush_batches()
+            return
+        src, s, values = el
+        if s < 0:
+            self.upstream_open.discard(src)
+            return
+        if self.is_spout:
+            return
+        comp, sid, fields = self.streams[s]
+        try:
+            self.obj.execute(Tuple(values, fields, comp, src, sid))
+        except Exception as e:  # user code: report, go on with the next tuple
+            self.errors.report(e, "execute")
+        self.executed += 1
+
+    def _bp_idle(self, idle: int) -> int:
+        t0 = time.perf_counter()
+        idle = self.bp_wait.idle(idle)
+        self.backpressure_wait_s += time.perf_counter() - t0
+        return idle
+
+    def start(self) -> None:
+        """Call ``open``/``prepare`` and start the executor and flush-timer threads."""
+        collector = _SpoutCollector(self) if self.is_spout else _BoltCollector(self)
+        self.state = "starting"
+        try:
+            if self.is_spout:
+                self.obj.open(self.conf, self.context, collector)
+            else:
+                self.obj.prepare(self.conf, self.context, collector)
+        except Exception as e:
+            self.errors.report(e, "open" if self.is_spout else "prepare")
+            self.state = "failed"
+            raise
+        self._started_at = time.time()
+        self.state = "running"
+        self._thread = threading.Thread(target=self.run, daemon=True,
+                                        name=f"executor-{self.component_id}-{self.task_id}")
+        self._thread.start()
+        interval = self.conf["topology.batch.flush.interval.millis"]
+        if interval > 0 and self.batch_size > 1:
+            self._timer = threading.Thread(target=self._flush_timer, args=(interval / 1000,),
+                                           daemon=True, name=f"flush-{self.task_id}")
+            self._timer.start()
+
+    def _flush_timer(self, interval_s: float) -> None:
+        while not self._stop and not self.done.is_set():
+            time.sleep(interval_s)
+            if not self._flush_queued and self.queue.try_publish_direct(FLUSH):
+                self._flush_queued = True
+
+    def run(self) -> None:
+        """The executor thread: Storm's spout or bolt loop until end of stream or stop."""
+        try:
+            if self.is_spout:
+                self._run_spout()
+            else:
+                self._run_bolt()
+            if not self._stop:
+                self._end_stream()
+        except Exception as e:  # a bug of ours, not user code: make it visible
+            logger.exception("%s:%d: executor loop crashed", self.component_id, self.task_id)
+            self.errors.report(e, "executor loop")
+            self.state = "failed"
+        finally:
+            self._finished_at = time.time()
+            if self.state != "failed":
+                self.state = "done" if not self._stop else "killed"
+            self.done.set()
+
+    def _run_spout(self) -> None:
+        q = self.queue
+        spout = self.obj
+        skips = self.conf["topology.spout.recvq.skips"]
+        handle = self._handle
+        counter = skips  # check the queue on the first iteration
+        idle = bp_idle = 0
+        while not self._stop:
+            recv = 0
+            if counter >= skips:
+                recv = q.consume(handle)
+                counter = 0
+            else:
+                counter += 1
+            if self.pending and not self.try_flush_pending():
+                if recv <= 1:
+                    bp_idle = self._bp_idle(bp_idle)
+                continue
+            bp_idle = 0
+            before = self.emitted
+            try:
+                spout.next_tuple()
+            except StopIteration:
+                return
+            except Exception as e:
+                self.errors.report(e, "next_tuple")
+            if self.emitted == before and recv <= 1:
+                idle = self.idle_wait.idle(idle)
+            else:
+                idle = 0
+
+    def _run_bolt(self) -> None:
+        q = self.queue
+        pending = self.pending
+        handle = self._handle
+
+        def keep_running() -> bool:
+            return not pending
+
+        idle = bp_idle = 0
+        while not self._stop:
+            if not pending or self.try_flush_pending():
+                bp_idle = 0
+                if q.consume(handle, keep_running):
+                    idle = 0
+                    continue
+                if not self.upstream_open and q.size() == 0 and q.is_empty_overflow():
+                    try:
+                        self.obj.finish()
+                    except Exception as e:
+                        self.errors.report(e, "finish")
+                    return
+                idle = self.idle_wait.idle(idle)
+            else:
+                bp_idle = self._bp_idle(bp_idle)
+
+    def _end_stream(self) -> None:
+        """Send end-of-stream after all data to every downstream task, and push it all out."""
+        self.state = "ending"
+        for t in self.downstream:
+            self._transfer(t, _EOS_MSG)
+        idle = 0
+        while not self._stop:
+            self.queue.consume(self._handle)  # keep draining our own queue (flushes, acks)
+            if self.try_flush_pending() and self.try_flush_batches():
+                return
+            idle = self._bp_idle(idle)
+
+    # -- control -------------------------------------------------------------------------
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the loop (kill), interrupt blocked receivers, call ``close``/``cleanup``."""
+        self._stop = True
+        self.queue.interrupt()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        try:
+            if self.is_spout:
+                self.obj.close()
+            else:
+                self.obj.cleanup()
+        except Exception as e:
+            self.errors.report(e, "close" if self.is_spout else "cleanup")
+
+    def stats(self) -> dict:
+        """Counters, queue metrics, backpressure and errors of this task (plain dict)."""
+        m = self.queue.metrics().to_dict()
+        end = self._finished_at or time.time()
+        return {
+            "component": self.component_id, "task": self.task_id,
+            "worker": self.context.worker_index, "state": self.state,
+            "emitted": self.emitted, "executed": self.executed,
+            "acked": self.acked, "failed": self.failed,
+            "queue": m, "pending_emits": len(self.pending),
+            "max_pending_emits": self.max_pending_emits,
+            "batched": sum(len(i.batch) for i in self._inserter_list),
+            "send_failures": self.send_failures,
+            "backpressure_wait_ms": self.backpressure_wait_s * 1000.0,
+            "bad_frames": self.bad_frames,
+            "error_count": self.errors.total, "errors": self.errors.snapshot(),
+            "uptime_s": (end - self._started_at) if self._started_at else 0.0,
+        }

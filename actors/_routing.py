@@ -1,0 +1,137 @@
+"""Groupings turned into routers: for one emitter's stream, values → target task ids.
+
+Storm's ``GrouperFactory`` groupings. Fields grouping hashes with a process-independent
+hash (CRC-32 of text, the integer itself for ints) because Python's ``hash(str)`` differs
+between processes, and every emitter task must send a key to the same consumer task.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from dataclasses import dataclass
+
+import msgpack
+
+from topology import EmitError, Fields, StormTopology
+
+
+def stable_hash(value: object) -> int:
+    """A hash equal in every process for equal values of msgpack-able types."""
+    if isinstance(value, str):
+        return zlib.crc32(value.encode())
+    if isinstance(value, int):
+        return value & 0xFFFFFFFFFFFF
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        return int(value) & 0xFFFFFFFFFFFF
+    return zlib.crc32(msgpack.packb(value, default=str, use_bin_type=True))
+
+
+@dataclass
+class _Sub:
+    kind: str
+    tasks: list[int]
+    idxs: tuple[int, ...] = ()
+    counter: int = 0
+
+
+class StreamRouter:
+    """Routes one (component, stream)'s tuples to the tasks of its subscribers.
+
+    Attributes:
+        index: the stream's index in the topology's stream table (the wire id).
+        arity: the number of declared fields (checked at every emit).
+        direct_tasks: tasks that may be named by ``emit_direct`` on this stream.
+    """
+
+    __slots__ = ("component", "stream", "index", "arity", "_subs", "direct_tasks", "_single")
+
+    def __init__(self, component: str, stream: str, index: int, fields: Fields,
+                 subs: list[_Sub], direct_tasks: frozenset[int]) -> None:
+        self.component = component
+        self.stream = stream
+        self.index = index
+        self.arity = len(fields)
+        self._subs = subs
+        self.direct_tasks = direct_tasks
+        self._single = subs[0] if len(subs) == 1 else None
+
+    def route(self, values) -> list[int]:
+        """Target task ids for ``values`` (one list, possibly empty)."""
+        sub = self._single
+        if sub is not None:
+            return self._one(sub, values)
+        out: list[int] = []
+        for s in self._subs:
+            out.extend(self._one(s, values))
+        return out
+
+    @staticmethod
+    def _one(s: _Sub, values) -> list[int]:
+        kind = s.kind
+        if kind == "shuffle":
+            s.counter += 1
+            return [s.tasks[s.counter % len(s.tasks)]]
+        if kind == "fields":
+            if len(s.idxs) == 1:
+                h = stable_hash(values[s.idxs[0]])
+            else:
+                h = 0
+                for i in s.idxs:
+                    h = (h * 31 + stable_hash(values[i])) & 0xFFFFFFFFFFFF
+            return [s.tasks[h % len(s.tasks)]]
+        return s.tasks  # all, global (one task); lists are never mutated by callers
+
+    def check_direct(self, task: int) -> None:
+        if task not in self.direct_tasks:
+            raise EmitError(f"component {self.component!r}: emit_direct to task {task} on "
+                            f"stream {self.stream!r}, which has no direct subscriber task "
+                            f"{task}; direct subscriber tasks: {sorted(self.direct_tasks)}")
+
+
+def stream_table(topology: StormTopology) -> list[tuple[str, str, Fields]]:
+    """Every (component, stream, fields) in a fixed order: the index is the wire stream id."""
+    return [(cid, sid, topology.components[cid].streams[sid])
+            for cid in sorted(topology.components)
+            for sid in sorted(topology.components[cid].streams)]
+
+
+def build_routers(topology: StormTopology, component: str, task: int,
+                  task_worker: dict[int, int]) -> dict[str, StreamRouter]:
+    """Routers for every stream ``component`` declares, as seen from ``task``.
+
+    Args:
+        task_worker: task id → worker index, for ``local_or_shuffle``.
+    """
+    table = {(c, s): i for i, (c, s, _) in enumerate(stream_table(topology))}
+    rng = random.Random(task)
+    routers: dict[str, StreamRouter] = {}
+    spec = topology.components[component]
+    for sid, fields in spec.streams.items():
+        subs: list[_Sub] = []
+        direct: set[int] = set()
+        for bolt_id, g in topology.subscribers(component):
+            if g.stream != sid:
+                continue
+            tasks = list(topology.component_tasks[bolt_id])
+            if g.kind == "direct":
+                direct.update(tasks)
+                continue
+            if g.kind in ("shuffle", "none", "local_or_shuffle"):
+                if g.kind == "local_or_shuffle":
+                    local = [t for t in tasks if task_worker.get(t) == task_worker.get(task)]
+                    tasks = local or tasks
+                rng.shuffle(tasks)
+                subs.append(_Sub("shuffle", tasks, counter=rng.randrange(len(tasks))))
+            elif g.kind == "fields":
+                idxs = tuple(fields.field_index(f) for f in g.fields)
+                subs.append(_Sub("fields", tasks, idxs))
+            elif g.kind == "all":
+                subs.append(_Sub("all", tasks))
+            elif g.kind == "global":
+                subs.append(_Sub("global", [min(tasks)]))
+        routers[sid] = StreamRouter(component, sid, table[(component, sid)], fields,
+                                    subs or [_Sub("all", [])], frozenset(direct))
+    return routers

@@ -1,0 +1,103 @@
+"""``TopologyHandle``: a submitted topology's actors, with wait, stats and kill."""
+
+from __future__ import annotations
+
+import logging
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from cluster._stats import TaskStats, TopologyStats
+from topology import StormTopology
+
+logger = logging.getLogger("storm_on_ray.cluster")
+
+
+class TopologyFailed(RuntimeError):
+    """An executor actor died or the runtime failed; the message names the task."""
+
+
+class TopologyHandle:
+    """A running topology: its executor actors (one per task) and placement groups.
+
+    Attributes:
+        name: the name given at submit.
+        topology: the submitted topology.
+        conf: the validated config.
+        task_worker: task id → worker index.
+    """
+
+    def __init__(self, name: str, topology: StormTopology, conf: dict,
+                 actors: dict[int, ray.actor.ActorHandle], placement_groups: list,
+                 task_worker: dict[int, int]) -> None:
+        self.name = name
+        self.topology = topology
+        self.conf = conf
+        self.actors = actors
+        self.placement_groups = placement_groups
+        self.task_worker = task_worker
+        self._killed = False
+        self._complete = False
+
+    def _get(self, refs: list, timeout: float | None, what: str):
+        try:
+            return ray.get(refs, timeout=timeout)
+        except RayActorError as e:
+            raise TopologyFailed(f"topology {self.name!r}: an executor died during {what}: "
+                                 f"{e}") from e
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every task has ended its stream; True if so within ``timeout`` s.
+
+        Raises:
+            TopologyFailed: an executor actor died.
+        """
+        if self._complete:
+            return True
+        refs = [a.wait_done.remote(timeout) for a in self.actors.values()]
+        try:
+            done = self._get(refs, None if timeout is None else timeout + 30, "wait")
+        except GetTimeoutError:
+            return False
+        self._complete = all(done)
+        return self._complete
+
+    def stats(self, timeout: float = 30) -> TopologyStats:
+        """Per-task statistics (one control call per task, answered even under load).
+
+        Raises:
+            TopologyFailed: an executor actor died.
+        """
+        tasks = sorted(self.actors)
+        raw = self._get([self.actors[t].stats.remote() for t in tasks], timeout, "stats")
+        ts = [TaskStats.from_dict(d) for d in raw]
+        return TopologyStats(self.name, ts, all(t.state == "done" for t in ts))
+
+    def collected(self, component_id: str) -> list:
+        """Tuples kept by a ``CollectorBolt`` component, all tasks, in task order.
+
+        Each item is ``(task_id, source_component, source_task, source_stream, values)``.
+        """
+        if component_id not in self.topology.components:
+            raise KeyError(f"no component {component_id!r}; known: "
+                           f"{sorted(self.topology.components)}")
+        tasks = self.topology.component_tasks[component_id]
+        parts = self._get([self.actors[t].collected.remote() for t in tasks], 60, "collected")
+        return [x for p in parts for x in p]
+
+    def kill(self) -> None:
+        """Stop every task (``close``/``cleanup`` are called), then free the actors."""
+        if self._killed:
+            return
+        self._killed = True
+        try:
+            ray.get([a.shutdown.remote() for a in self.actors.values()], timeout=30)
+        except Exception as e:  # dying actors: we kill them anyway
+            logger.warning("topology %r: shutdown: %s", self.name, e)
+        for a in self.actors.values():
+            ray.kill(a)
+        for pg in self.placement_groups:
+            ray.util.remove_placement_group(pg)
+
+    def __repr__(self) -> str:
+        return f"TopologyHandle({self.name!r}, {len(self.actors)} tasks)"

@@ -1,0 +1,86 @@
+"""``LocalCluster``: run topologies on an embedded (or already running) Ray."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import ray
+
+from cluster._handle import TopologyHandle
+from cluster._stats import TopologyStats
+from cluster._submit import submit
+from topology import StormTopology, TopologyError
+
+logger = logging.getLogger("storm_on_ray.cluster")
+
+
+class LocalCluster:
+    """Storm's ``LocalCluster`` on Ray: starts an embedded Ray, or joins the running one.
+
+    Args:
+        address: a Ray address to join (``"auto"`` for a running local cluster); ``None``
+            joins the Ray already initialised in this process, or starts an embedded one.
+        **ray_init_kwargs: passed to ``ray.init`` when this object starts Ray.
+
+    Use as a context manager: leaving kills its topologies and stops the Ray it started.
+    """
+
+    def __init__(self, address: str | None = None, **ray_init_kwargs: Any) -> None:
+        self._owns_ray = False
+        if not ray.is_initialized():
+            kwargs = {"include_dashboard": False, "log_to_driver": True, **ray_init_kwargs}
+            ray.init(address=address, **kwargs)
+            self._owns_ray = address is None
+        self.topologies: dict[str, TopologyHandle] = {}
+
+    def submit_topology(self, name: str, conf: dict | None,
+                        topology: StormTopology) -> TopologyHandle:
+        """Start ``topology`` under ``name`` (Storm's argument order); returns its handle.
+
+        Raises:
+            TopologyError: a topology of that name is running here, or invalid input.
+            ConfigError: invalid config.
+        """
+        if name in self.topologies:
+            raise TopologyError(f"a topology named {name!r} is already running; kill it or "
+                                f"pick another name")
+        handle = submit(name, conf, topology)
+        self.topologies[name] = handle
+        return handle
+
+    def run(self, name: str, conf: dict | None, topology: StormTopology,
+            timeout: float | None = None) -> TopologyStats:
+        """Submit a finite topology, wait for it to complete, return its final stats.
+
+        Raises:
+            TimeoutError: not complete within ``timeout`` s (the topology is killed).
+            TopologyFailed: an executor died.
+        """
+        handle = self.submit_topology(name, conf, topology)
+        try:
+            if not handle.wait(timeout):
+                raise TimeoutError(f"topology {name!r} did not complete within {timeout} s; "
+                                   f"last stats:\n{handle.stats().summary()}")
+            return handle.stats()
+        finally:
+            self.kill_topology(name)
+
+    def kill_topology(self, name: str) -> None:
+        handle = self.topologies.pop(name, None)
+        if handle is None:
+            raise KeyError(f"no topology {name!r}; running: {sorted(self.topologies)}")
+        handle.kill()
+
+    def shutdown(self) -> None:
+        """Kill every topology; stop Ray if this object started it."""
+        for name in list(self.topologies):
+            self.kill_topology(name)
+        if self._owns_ray and ray.is_initialized():
+            ray.shutdown()
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()

@@ -1,0 +1,105 @@
+"""Typed statistics of a running topology, as returned by ``TopologyHandle.stats()``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TaskStats:
+    """One task's counters (cumulative since start) and current state.
+
+    Attributes:
+        component, task, worker: where the task is.
+        state: ``running``, ``ending``, ``done``, ``killed`` or ``failed``.
+        emitted: tuples emitted by user code. executed: tuples given to ``execute``.
+        queue_population / queue_capacity: receive queue now / its bound (tuples).
+        overflow: tuples in the overflow queue now.
+        insert_failures: inserts into this task's receive queue that found it full.
+        dropped_messages: tuples dropped at ``topology.executor.overflow.limit``.
+        pending_emits: this task's emits waiting for a backlogged destination now.
+        max_pending_emits: the most seen waiting at once.
+        send_failures: this task's sends that found a destination backlogged.
+        backpressure_wait_ms: time the executor spent idling because of backpressure.
+        bad_frames: malformed frames dropped on receipt.
+        error_count / errors: user-code errors (each kind with count and last traceback).
+    """
+
+    component: str
+    task: int
+    worker: int
+    state: str
+    emitted: int
+    executed: int
+    queue_population: int
+    queue_capacity: int
+    overflow: int
+    insert_failures: int
+    dropped_messages: int
+    pending_emits: int
+    max_pending_emits: int
+    send_failures: int
+    backpressure_wait_ms: float
+    bad_frames: int
+    error_count: int
+    errors: list[dict] = field(default_factory=list)
+    queue: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TaskStats:
+        q = d["queue"]
+        return cls(component=d["component"], task=d["task"], worker=d["worker"],
+                   state=d["state"], emitted=d["emitted"], executed=d["executed"],
+                   queue_population=q["population"], queue_capacity=q["capacity"],
+                   overflow=q["overflow"], insert_failures=q["insert_failures"],
+                   dropped_messages=q["dropped_messages"], pending_emits=d["pending_emits"],
+                   max_pending_emits=d["max_pending_emits"], send_failures=d["send_failures"],
+                   backpressure_wait_ms=d["backpressure_wait_ms"], bad_frames=d["bad_frames"],
+                   error_count=d["error_count"], errors=d["errors"], queue=q, raw=d)
+
+
+@dataclass(frozen=True)
+class TopologyStats:
+    """Every task's :class:`TaskStats`, plus per-component sums.
+
+    Attributes:
+        name: the topology name.
+        tasks: one entry per task, by task id.
+        complete: True once every task has ended its stream.
+    """
+
+    name: str
+    tasks: list[TaskStats]
+    complete: bool
+
+    def component(self, component_id: str) -> list[TaskStats]:
+        """The tasks of one component; ``KeyError`` naming the known components."""
+        out = [t for t in self.tasks if t.component == component_id]
+        if not out:
+            raise KeyError(f"no component {component_id!r}; known: "
+                           f"{sorted({t.component for t in self.tasks})}")
+        return out
+
+    def total(self, component_id: str, counter: str) -> float:
+        """Sum of ``counter`` (e.g. ``"executed"``) over a component's tasks."""
+        return sum(getattr(t, counter) for t in self.component(component_id))
+
+    @property
+    def errors(self) -> list[dict]:
+        return [e for t in self.tasks for e in t.errors]
+
+    def summary(self) -> str:
+        """A small text table: per component emitted, executed, queue, backpressure, errors."""
+        comps = sorted({t.component for t in self.tasks})
+        lines = [f"{'component':<16}{'tasks':>6}{'emitted':>11}{'executed':>11}"
+                 f"{'queued':>9}{'bp_wait_ms':>12}{'errors':>8}"]
+        for c in comps:
+            ts = self.component(c)
+            lines.append(f"{c:<16}{len(ts):>6}{sum(t.emitted for t in ts):>11}"
+                         f"{sum(t.executed for t in ts):>11}"
+                         f"{sum(t.queue_population + t.overflow for t in ts):>9}"
+                         f"{sum(t.backpressure_wait_ms for t in ts):>12.1f}"
+                         f"{sum(t.error_count for t in ts):>8}")
+        return "\n".join(lines)
