@@ -1,0 +1,243 @@
+"""Integration tests on a real local Ray: groupings, ordering, end of stream, backpressure,
+errors. One Ray for the session (conftest ``cluster``)."""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import pytest
+import ray
+
+from cluster import TopologyFailed
+from tests.components import (
+    CountBolt,
+    DirectSplitter,
+    FlakyBolt,
+    PassBolt,
+    SeqSpout,
+    WrongArityBolt,
+)
+from topology import CollectorBolt, ConfigError, IterableSpout, TopologyBuilder, TopologyError
+
+pytestmark = pytest.mark.ray
+
+
+def _run(cluster, name, builder, conf=None, timeout=120):
+    handle = cluster.submit_topology(name, conf or {}, builder.create_topology())
+    try:
+        assert handle.wait(timeout), handle.stats().summary()
+        return handle.stats(), {c: handle.collected(c) for c in handle.topology.components
+                                if isinstance(handle.topology.components[c].obj, CollectorBolt)}
+    finally:
+        cluster.kill_topology(name)
+
+
+def test_shuffle_fields_all_global(cluster, name):
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(2000, keys=50), 2)
+    b.set_bolt("shuffled", CollectorBolt(), 3).shuffle_grouping("src")
+    b.set_bolt("keyed", CollectorBolt(), 3).fields_grouping("src", ["key"])
+    b.set_bolt("every", CollectorBolt(), 2).all_grouping("src")
+    b.set_bolt("one", CollectorBolt(), 3).global_grouping("src")
+    b.set_bolt("none", CollectorBolt(), 2).none_grouping("src")
+    b.set_bolt("local", CollectorBolt(), 2).local_or_shuffle_grouping("src")
+    stats, got = _run(cluster, name, b)
+    topo_tasks = {t.component: [] for t in stats.tasks}
+    for t in stats.tasks:
+        topo_tasks[t.component].append(t.task)
+
+    for comp in ("shuffled", "none", "local"):
+        per_task = collections.Counter(task for task, *_ in got[comp])
+        assert sum(per_task.values()) == 4000
+        assert set(per_task) == set(topo_tasks[comp]), f"{comp}: some task got nothing"
+        # shuffle is round robin: every task within 2 of the even share (2 sources)
+        share = 4000 / len(topo_tasks[comp])
+        assert all(abs(n - share) <= 2 for n in per_task.values()), per_task
+
+    key_task: dict = {}
+    for task, _, _, _, (seq, key) in got["keyed"]:
+        assert key_task.setdefault(key, task) == task, f"key {key} went to two tasks"
+    assert len(got["keyed"]) == 4000 and len(set(key_task.values())) > 1
+
+    per_task = collections.Counter(task for task, *_ in got["every"])
+    assert per_task == {t: 4000 for t in topo_tasks["every"]}
+
+    assert {task for task, *_ in got["one"]} == {min(topo_tasks["one"])}
+    assert len(got["one"]) == 4000
+
+
+def test_direct_grouping(cluster, name):
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(300))
+    b.set_bolt("split", DirectSplitter()).shuffle_grouping("src")
+    b.set_bolt("direct_sink", CollectorBolt(), 3).direct_grouping("split", "direct")
+    _, got = _run(cluster, name, b)
+    tasks = sorted({task for task, *_ in got["direct_sink"]})
+    assert len(got["direct_sink"]) == 300
+    for task, _, _, stream, (seq, _) in got["direct_sink"]:
+        assert stream == "direct" and task == tasks[seq % 3]
+
+
+def test_per_upstream_order_and_exact_counts(cluster, name):
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(20_000), 3)
+    b.set_bolt("mid", PassBolt(), 2).shuffle_grouping("src")
+    b.set_bolt("sink", CollectorBolt()).global_grouping("mid")
+    b.set_bolt("order", CollectorBolt()).global_grouping("src")
+    stats, got = _run(cluster, name, b, {"topology.producer.batch.size": 64,
+                                         "topology.executor.receive.buffer.size": 512})
+    assert len(got["sink"]) == 60_000
+    assert collections.Counter(v[0] for *_, v in got["sink"]) == {i: 3 for i in range(20_000)}
+    last: dict = {}
+    for _, _, src_task, _, (seq, _) in got["order"]:
+        assert seq == last.get(src_task, -1) + 1, "tuples of one upstream task reordered"
+        last[src_task] = seq
+    assert len(last) == 3 and all(v == 19_999 for v in last.values())
+    assert stats.total("mid", "executed") == 60_000
+
+
+def test_end_of_stream_runs_finish_and_completes(cluster, name):
+    b = TopologyBuilder()
+    b.set_spout("src", IterableSpout([(i, f"k{i % 7}") for i in range(700)],
+                                     fields=("seq", "key")), 2)
+    b.set_bolt("count", CountBolt(), 3).fields_grouping("src", ["key"])
+    b.set_bolt("totals", CollectorBolt()).global_grouping("count")
+    stats, got = _run(cluster, name, b)
+    assert stats.complete and all(t.state == "done" for t in stats.tasks)
+    assert sorted(v for *_, v in got["totals"]) == [[f"k{i}", 100] for i in range(7)]
+
+
+def test_slow_bolt_throttles_spout_with_bounded_queues(cluster, name):
+    """A bolt 1 ms/tuple behind a fast spout: queues stay within capacity, the spout waits
+    on backpressure, and not one tuple is lost."""
+    cap, batch, n = 64, 16, 3000
+    conf = {"topology.executor.receive.buffer.size": cap, "topology.producer.batch.size": batch,
+            "topology.transfer.max.inflight.batches": 2}
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(n))
+    b.set_bolt("slow", PassBolt(delay_s=0.001)).shuffle_grouping("src")
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("slow")
+    handle = cluster.submit_topology(name, conf, b.create_topology())
+    samples = []
+    try:
+        while not handle.wait(0.2):
+            samples.append(handle.stats())
+        final = handle.stats()
+        got = handle.collected("sink")
+    finally:
+        cluster.kill_topology(name)
+    assert len(samples) >= 3
+    for s in samples:
+        for t in s.tasks:
+            assert t.queue_population <= cap
+            # the spout's emits wait in pendingEmits, bounded by one next_tuple's output
+            assert t.pending_emits <= 1
+        spout = s.component("src")[0]
+        # in transit: the receive queue, at most 2 batches in Ray's call queue, one batch
+        # being filled, one pending emit
+        assert spout.emitted - s.total("slow", "executed") <= cap + 2 * batch + batch + 1 + 1
+    spout = final.component("src")[0]
+    assert spout.backpressure_wait_ms > 100 and spout.raw["send_failures"] > 0
+    assert final.component("slow")[0].insert_failures > 0
+    assert sorted(v[0] for *_, v in got) == list(range(n))
+
+
+def test_user_exceptions_reported_and_topology_goes_on(cluster, name):
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(1000))
+    b.set_bolt("flaky", FlakyBolt(every=10), 2).shuffle_grouping("src")
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("flaky")
+    stats, got = _run(cluster, name, b)
+    assert len(got["sink"]) == 900
+    errs = [e for t in stats.component("flaky") for e in t.errors]
+    assert sum(e["count"] for e in errs) == 100
+    assert stats.total("flaky", "error_count") == 100
+    e = errs[0]
+    assert e["component"] == "flaky" and e["error_type"] == "RuntimeError"
+    assert e["task"] in [t.task for t in stats.component("flaky")]
+    assert "cannot handle seq" in e["message"] and "in execute" in e["traceback"]
+
+
+def test_bad_emits_name_component_and_stream(cluster, name):
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(10))
+    b.set_bolt("bad", WrongArityBolt()).shuffle_grouping("src")
+    stats, _ = _run(cluster, name, b)
+    msgs = {e["message"] for e in stats.component("bad")[0].errors}
+    assert ("component 'bad' emitted 3 values on stream 'default', which declares 2 fields "
+            "['seq', 'key']") in msgs
+    assert "component 'bad' emitted on undeclared stream 'nope'; declared: ['default']" in msgs
+
+
+def test_invalid_submissions_rejected(cluster, name):
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(10))
+    with pytest.raises(TopologyError, match="expects a StormTopology"):
+        cluster.submit_topology(name, {}, b)
+    with pytest.raises(ConfigError, match="unknown config key 'topology.wrokers'"):
+        cluster.submit_topology(name, {"topology.wrokers": 2}, b.create_topology())
+    assert name not in cluster.topologies
+
+
+def test_malformed_frames_counted_and_dropped(cluster, name):
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(100))
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("src")
+    handle = cluster.submit_topology(name, {}, b.create_topology())
+    try:
+        sink = handle.actors[handle.topology.component_tasks["sink"][0]]
+        import msgpack
+        frames = [b"\xc1garbage", msgpack.packb({"not": "a frame"}),
+                  msgpack.packb([999, [[0, [1, "x"]]]]),  # a task that is not upstream
+                  msgpack.packb([2, [[10_000, [1]]]]), b"\x00" * 10]
+        assert ray.get([sink.receive.remote(f) for f in frames]) == [False] * 5
+        assert handle.wait(60)
+        s = handle.stats()
+        assert s.component("sink")[0].bad_frames == 5
+        assert len(handle.collected("sink")) == 100
+    finally:
+        cluster.kill_topology(name)
+
+
+def test_kill_stops_a_running_topology(cluster, name):
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(10**9))
+    b.set_bolt("sink", PassBolt(delay_s=0.001)).shuffle_grouping("src")
+    handle = cluster.submit_topology(name, {}, b.create_topology())
+    assert not handle.wait(1.0)
+    assert handle.stats().component("src")[0].emitted > 0
+    cluster.kill_topology(name)
+    with pytest.raises((TopologyFailed, ray.exceptions.RayError)):
+        handle.stats(timeout=10)
+
+
+def test_stats_answer_while_data_is_blocked(cluster, name):
+    """Control calls use their own concurrency group: stats() answers while every data
+    thread is blocked on a full queue."""
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(10**9))
+    b.set_bolt("slow", PassBolt(delay_s=0.05)).shuffle_grouping("src")
+    handle = cluster.submit_topology(name, {"topology.executor.receive.buffer.size": 8,
+                                            "topology.producer.batch.size": 4},
+                                     b.create_topology())
+    try:
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        s = handle.stats(timeout=10)
+        assert time.monotonic() - t0 < 5
+        assert s.component("slow")[0].queue_population <= 8
+    finally:
+        cluster.kill_topology(name)
+
+
+def test_run_returns_final_stats(cluster, name):
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(500))
+    b.set_bolt("count", CountBolt()).fields_grouping("src", ["key"])
+    stats = cluster.run(name, {}, b.create_topology(), timeout=120)
+    assert stats.complete and stats.total("count", "executed") == 500
+    assert stats.total("count", "emitted") == 10
+    assert name not in cluster.topologies
+
+
