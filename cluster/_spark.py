@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
+import sys
 from typing import Any
 
 logger = logging.getLogger("storm_on_ray.spark")
@@ -63,7 +65,13 @@ def start_spark(app_name: str = "storm-on-ray", num_executors: int = 1,
             f"RayDP is not installed ({e}); install the Spark extra: "
             f"pip install 'storm-on-ray[spark]'") from e
     opens = java_add_opens()
+    # Spark's Python workers must run this interpreter (a venv's), not whatever `python3`
+    # is first on PATH, or every Python UDF / createDataFrame task fails to import pyspark.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     conf = {
+        "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
+        "spark.executorEnv.PYSPARK_PYTHON": os.environ["PYSPARK_PYTHON"],
         "spark.ray.raydp_app_master.extraJavaOptions": opens,
         "spark.executor.extraJavaOptions": opens,
         "spark.driver.extraJavaOptions": opens,

@@ -43,7 +43,7 @@ class DataFrameSpout(Spout):
         if not hasattr(df, "columns") or not hasattr(df, "schema"):
             raise TopologyError(f"DataFrameSpout needs a Spark DataFrame, got {type(df).__name__}")
         self.outputs = tuple(df.columns)
-        ds = ray.data.from_spark(df, parallelism=parallelism)
+        ds = ray.data.from_spark(df, override_num_blocks=parallelism)
         self._block_refs = ds.to_arrow_refs()
         self.total_rows = ds.count()
         # Keep the dataset (and so the blocks' owner bookkeeping) alive on the driver side.
