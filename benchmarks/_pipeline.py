@@ -1,0 +1,67 @@
+"""The benchmark pipeline's components (pickled by value into the executor actors)."""
+
+from __future__ import annotations
+
+import time
+
+from topology import Bolt, Spout
+
+
+class GenSpout(Spout):
+    """Emits (i, "k" + str(i % 1000)) for i in [0, n)."""
+
+    outputs = ("i", "k")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def open(self, conf, context, collector):
+        self.emit = collector.emit
+        self.i = 0
+
+    def next_tuple(self):
+        i = self.i
+        if i >= self.n:
+            raise StopIteration
+        self.emit((i, "k" + str(i % 1000)))
+        self.i = i + 1
+
+
+class DoubleBolt(Bolt):
+    outputs = ("i", "k")
+
+    def prepare(self, conf, context, collector):
+        self.emit = collector.emit
+
+    def execute(self, tup):
+        v = tup.values
+        self.emit((v[0] * 2, v[1]))
+
+
+class CountMultiplesOf3(Bolt):
+    """Keeps multiples of 3 and counts them per key; emits (k, n) at the end.
+
+    ``work_us`` > 0 busy-waits that long per tuple (the slow consumer of the overload run).
+    """
+
+    outputs = ("k", "n")
+
+    def __init__(self, work_us: float = 0.0) -> None:
+        self.work_s = work_us / 1e6
+
+    def prepare(self, conf, context, collector):
+        self.emit = collector.emit
+        self.counts: dict = {}
+
+    def execute(self, tup):
+        if self.work_s:
+            end = time.perf_counter() + self.work_s
+            while time.perf_counter() < end:
+                pass
+        i, k = tup.values
+        if i % 3 == 0:
+            self.counts[k] = self.counts.get(k, 0) + 1
+
+    def finish(self):
+        for k, n in self.counts.items():
+            self.emit((k, n))

@@ -1,0 +1,212 @@
+"""Throughput of a single-worker spout → bolt → bolt pipeline, side by side with Ray Data
+per-row map/filter and a plain Python loop, in one run; then memory under overload.
+
+Pipeline: the spout generates (i, "k" + str(i % 1000)); bolt 1 doubles i; bolt 2 keeps
+multiples of 3 and counts per key. Every implementation's per-key counts are checked equal.
+
+Overload run: the same topology with bolt 2 busy-waiting per tuple so it is >= 10x slower
+than the spout, for --overload-s seconds; samples every 0.5 s the tuples queued in the whole
+topology (receive queues + overflow + pending_emits + partial batches + batches in flight)
+and each executor actor's RSS; reports peaks against the bound the config implies.
+
+    python benchmarks/throughput.py [--tuples 1000000] [--overload-s 30]
+
+Writes benchmarks/results/throughput.json; the last line is `key=value ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import psutil  # noqa: E402
+import ray  # noqa: E402
+import ray.cloudpickle  # noqa: E402
+
+import benchmarks._pipeline as pipeline  # noqa: E402
+from cluster import LocalCluster  # noqa: E402
+from topology import CollectorBolt, TopologyBuilder, make_config  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def expected_counts(n: int) -> dict:
+    counts: dict = {}
+    for i in range(n):
+        if (i * 2) % 3 == 0:
+            k = "k" + str(i % 1000)
+            counts[k] = counts.get(k, 0) + 1
+    return counts
+
+
+def plain_loop(n: int) -> tuple[float, dict]:
+    t0 = time.perf_counter()
+    counts: dict = {}
+    for i in range(n):
+        t = (i, "k" + str(i % 1000))
+        t = (t[0] * 2, t[1])
+        if t[0] % 3 == 0:
+            counts[t[1]] = counts.get(t[1], 0) + 1
+    return time.perf_counter() - t0, counts
+
+
+def ray_data(n: int) -> tuple[float, dict]:
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    t0 = time.perf_counter()
+    ds = (ray.data.range(n)
+          .map(lambda r: {"i": r["id"], "k": "k" + str(r["id"] % 1000)})
+          .map(lambda r: {"i": r["i"] * 2, "k": r["k"]})
+          .filter(lambda r: r["i"] % 3 == 0)
+          .groupby("k").count())
+    rows = ds.take_all()
+    dt = time.perf_counter() - t0
+    return dt, {r["k"]: r["count()"] for r in rows}
+
+
+def build(n: int, work_us: float = 0.0):
+    b = TopologyBuilder()
+    b.set_spout("gen", pipeline.GenSpout(n))
+    b.set_bolt("double", pipeline.DoubleBolt()).shuffle_grouping("gen")
+    b.set_bolt("count", pipeline.CountMultiplesOf3(work_us)).fields_grouping("double", ["k"])
+    b.set_bolt("sink", CollectorBolt()).global_grouping("count")
+    return b.create_topology()
+
+
+def ours(cluster: LocalCluster, n: int, conf: dict) -> tuple[float, dict]:
+    handle = cluster.submit_topology("throughput", conf, build(n))
+    t0 = time.perf_counter()
+    assert handle.wait(600), handle.stats().summary()
+    dt = time.perf_counter() - t0
+    got = {k: c for *_, (k, c) in handle.collected("sink")}
+    cluster.kill_topology("throughput")
+    return dt, got
+
+
+def queued_bound(conf: dict, n_tasks: int, edges: int) -> int:
+    c = make_config(conf)
+    batch = min(c["topology.producer.batch.size"], c["topology.executor.receive.buffer.size"] // 2)
+    inflight = c["topology.transfer.max.inflight.batches"]
+    # each receive queue, plus per edge (sender, receiver): credits in flight, the batch
+    # being filled, and one call's emits in pending_emits
+    return n_tasks * c["topology.executor.receive.buffer.size"] + edges * (
+        (inflight + 1) * batch + 1)
+
+
+def overload(cluster: LocalCluster, seconds: float, conf: dict) -> dict:
+    handle = cluster.submit_topology("overload", conf, build(10**12, work_us=40.0))
+    pids = {t: ray.get(a.pid.remote()) for t, a in handle.actors.items()}
+    procs = {t: psutil.Process(p) for t, p in pids.items()}
+    batch = make_config(conf)["topology.producer.batch.size"]
+    samples = []
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        time.sleep(0.5)
+        s = handle.stats()
+        queued = sum(t.queue_population + t.overflow + t.pending_emits + t.raw["batched"]
+                     + t.raw["inflight_batches"] * batch for t in s.tasks)
+        rss = sum(p.memory_info().rss for p in procs.values())
+        samples.append({"t": round(time.perf_counter() - t0, 2), "queued": queued,
+                        "rss_mb": round(rss / 2**20, 1),
+                        "spout_emitted": s.component("gen")[0].emitted,
+                        "count_executed": s.component("count")[0].executed})
+    cluster.kill_topology("overload")
+    half = len(samples) // 2
+    spout_rate = (samples[-1]["spout_emitted"] - samples[0]["spout_emitted"]) / (
+        samples[-1]["t"] - samples[0]["t"])
+    bound = queued_bound(conf, 4, 3)
+    return {
+        "seconds": seconds, "consumer_work_us_per_tuple": 40.0,
+        "spout_rate_tuples_s": round(spout_rate),
+        "peak_queued_tuples": max(s["queued"] for s in samples),
+        "queued_bound_tuples": bound,
+        "rss_mb_first_half_peak": max(s["rss_mb"] for s in samples[:half]),
+        "rss_mb_second_half_peak": max(s["rss_mb"] for s in samples[half:]),
+        "samples": samples,
+    }
+
+
+def unthrottled_spout_rate(cluster: LocalCluster, conf: dict) -> float:
+    """The spout's rate into a null bolt, to show the overload consumer is >= 10x slower."""
+    from topology import Bolt
+
+    class Null(Bolt):
+        def execute(self, tup):
+            pass
+
+    b = TopologyBuilder()
+    b.set_spout("gen", pipeline.GenSpout(400_000))
+    b.set_bolt("null", Null()).shuffle_grouping("gen")
+    h = cluster.submit_topology("null", conf, b.create_topology())
+    t0 = time.perf_counter()
+    h.wait(300)
+    dt = time.perf_counter() - t0
+    cluster.kill_topology("null")
+    return 400_000 / dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tuples", type=int, default=1_000_000)
+    ap.add_argument("--overload-s", type=float, default=30.0)
+    args = ap.parse_args()
+    n = args.tuples
+    ray.cloudpickle.register_pickle_by_value(pipeline)
+    cluster = LocalCluster(num_cpus=2)
+    conf: dict = {}
+    expected = expected_counts(n)
+
+    t_plain, c_plain = plain_loop(n)
+    t_ours, c_ours = ours(cluster, n, conf)
+    t_rd, c_rd = ray_data(n)
+    assert c_plain == expected, "plain loop counts differ"
+    assert c_ours == expected, "topology counts differ"
+    assert c_rd == expected, "Ray Data counts differ"
+
+    result = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "ray": ray.__version__},
+        "tuples": n, "config": make_config(conf),
+        "seconds": {"storm_on_ray": t_ours, "ray_data_per_row": t_rd, "plain_loop": t_plain},
+        "tuples_per_s": {"storm_on_ray": n / t_ours, "ray_data_per_row": n / t_rd,
+                         "plain_loop": n / t_plain},
+    }
+    rates = result["tuples_per_s"]
+    result["ray_data_ratio"] = rates["storm_on_ray"] / rates["ray_data_per_row"]
+    result["plain_loop_ratio"] = rates["storm_on_ray"] / rates["plain_loop"]
+    summary = (f"tuples_per_s={rates['storm_on_ray']:.0f} "
+               f"ray_data_ratio={result['ray_data_ratio']:.2f} "
+               f"plain_loop_ratio={result['plain_loop_ratio']:.3f}")
+    if args.overload_s > 0:
+        free_rate = unthrottled_spout_rate(cluster, conf)
+        ov = overload(cluster, args.overload_s, conf)
+        ov["unthrottled_spout_rate_tuples_s"] = round(free_rate)
+        ov["consumer_max_rate_tuples_s"] = round(1e6 / 40.0)
+        result["overload"] = ov
+        print(f"overload: unthrottled spout {free_rate:,.0f}/s, consumer <= "
+              f"{1e6 / 40:,.0f}/s; throttled spout {ov['spout_rate_tuples_s']:,}/s; "
+              f"queued peak {ov['peak_queued_tuples']:,} (bound {ov['queued_bound_tuples']:,}); "
+              f"RSS peak first/second half {ov['rss_mb_first_half_peak']} / "
+              f"{ov['rss_mb_second_half_peak']} MB")
+        summary += (f" overload_peak_queued={ov['peak_queued_tuples']} "
+                    f"overload_queued_bound={ov['queued_bound_tuples']} "
+                    f"overload_rss_mb_first_half={ov['rss_mb_first_half_peak']} "
+                    f"overload_rss_mb_second_half={ov['rss_mb_second_half_peak']}")
+    cluster.shutdown()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "throughput.json").write_text(json.dumps(result, indent=2, default=str))
+    for k, v in rates.items():
+        print(f"{k:>18}: {v:>12,.0f} tuples/s")
+    print(summary)
+
+
+if __name__ == "__main__":
+    main()
