@@ -53,6 +53,10 @@ class ActorSink:
             self._core.errors.report(e, f"send to task {self.dest}")
         return True
 
+    def busy(self) -> bool:
+        """True while an earlier batch to this destination is still in flight (non-blocking)."""
+        return bool(self._inflight) and (not self._reap() or bool(self._inflight))
+
     def __call__(self, items: list) -> int:
         if len(self._inflight) >= self._max and not self._reap():
             return 0

@@ -251,13 +251,28 @@ class ExecutorCore:
             p.popleft()
         return True
 
-    def try_flush_batches(self) -> bool:
-        """One non-blocking flush attempt of every partial batch; True if all are empty."""
+    def try_flush_batches(self, nagle: bool = False) -> bool:
+        """One non-blocking flush attempt of every partial batch; True if all are empty.
+
+        Args:
+            nagle: the FlushTuple path. A partial batch is held back while an earlier batch
+                to the same destination is still in flight (the sink's ``busy()`` is True):
+                Nagle's rule. At low rates nothing is in flight and the batch leaves within
+                the flush interval; under load batches keep filling instead of leaving as a
+                stream of tiny actor calls (measured: 1 ms flushes of ~65-tuple batches ran
+                the flights-shaped pipeline 2.5x slower than full batches).
+        """
         ok = True
         for ins in self._inserter_list:
-            if ins.batch and not ins.try_flush():
-                ok = False
-            elif ins.batch:
+            if not ins.batch:
+                continue
+            if nagle:
+                busy = getattr(ins._sink, "busy", None)
+                if busy is not None and busy():
+                    ok = False
+                    continue
+            ins.try_flush()
+            if ins.batch:
                 ok = False
         return ok
 
@@ -281,7 +296,7 @@ class ExecutorCore:
     def _handle(self, el) -> None:
         if el is FLUSH:
             self._flush_queued = False
-            self.try_flush_batches()
+            self.try_flush_batches(nagle=True)
             return
         src, s, values = el
         if s < 0:
