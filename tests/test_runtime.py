@@ -56,7 +56,7 @@ def test_shuffle_fields_all_global(cluster, name):
         assert all(abs(n - share) <= 2 for n in per_task.values()), per_task
 
     key_task: dict = {}
-    for task, _, _, _, (seq, key) in got["keyed"]:
+    for task, _, _, _, (_seq, key) in got["keyed"]:
         assert key_task.setdefault(key, task) == task, f"key {key} went to two tasks"
     assert len(got["keyed"]) == 4000 and len(set(key_task.values())) > 1
 

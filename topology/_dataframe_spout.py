@@ -68,7 +68,7 @@ class DataFrameSpout(Spout):
             table = ray.get(self._mine.pop(0))
             if table.num_rows:
                 cols = [table.column(name).to_pylist() for name in self.outputs]
-                self._rows = zip(*cols)
+                self._rows = zip(*cols, strict=True)
                 return True
         return False
 

@@ -54,7 +54,7 @@ class Tuple:
         return iter(self.values)
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(zip(self.fields, self.values))
+        return dict(zip(self.fields, self.values, strict=True))
 
     def __repr__(self) -> str:
         return (f"Tuple({self.source_component}:{self.source_task}/{self.source_stream} "

@@ -1,0 +1,104 @@
+"""ExecutorCore in one process, without Ray: the Storm 2.0 loop's backpressure rules."""
+
+from __future__ import annotations
+
+import time
+
+from actors import FLUSH, ExecutorCore
+from tests.components import SeqSpout
+from topology import CollectorBolt, TopologyBuilder
+
+CONF = {"topology.executor.receive.buffer.size": 8, "topology.producer.batch.size": 2,
+        "topology.batch.flush.interval.millis": 0}
+
+
+def _topo():
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(10**9))
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("src")
+    return b.create_topology()  # tasks: sink=1, src=2
+
+
+def _until(cond, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.001)
+
+
+def test_spout_stops_next_tuple_while_pending_but_keeps_draining_its_queue():
+    topo = _topo()
+    workers = {1: 0, 2: 0}
+    spout = ExecutorCore("t", topo, CONF, 2, workers)
+    bolt = ExecutorCore("t", topo, CONF, 1, workers)  # never started: its queue fills
+    spout.connect({1: ExecutorCore.make_queue_sink(bolt.queue, 2)})
+    spout.start()
+    try:
+        _until(lambda: len(spout.pending) > 0)
+        # 8 in the receive queue, 2 in the full batch, 1 in pendingEmits: nothing more
+        emitted = spout.emitted
+        assert emitted == 8 + 2 + 1 and bolt.queue.size() == 8
+        for _ in range(5):  # acks would arrive like this; the spout must keep consuming
+            assert spout.queue.try_publish_direct(FLUSH)
+            _until(lambda: spout.queue.size() == 0)
+        assert spout.emitted == emitted and len(spout.pending) == 1
+        assert spout.backpressure_wait_s > 0 and spout.send_failures > 0
+        got: list = []
+        bolt.queue.consume(got.append)  # room again: the spout resumes, order kept
+        _until(lambda: spout.emitted > emitted)
+        _until(lambda: bolt.queue.size() == 8)
+        bolt.queue.consume(got.append)
+        assert [v[0] for _, _, v in got] == list(range(len(got)))
+    finally:
+        spout.stop()
+
+
+class _FakeSink:
+    def __init__(self):
+        self.in_flight = False
+        self.batches: list = []
+
+    def busy(self):
+        return self.in_flight
+
+    def __call__(self, items):
+        self.batches.append(list(items))
+        return len(items)
+
+
+def test_flush_tuple_holds_partial_batch_while_one_is_in_flight():
+    topo = _topo()
+    spout = ExecutorCore("t", topo, {"topology.producer.batch.size": 100}, 2, {1: 0, 2: 0})
+    sink = _FakeSink()
+    spout.connect({1: sink})
+    spout.emit((1, "a"), "default")
+    sink.in_flight = True
+    assert not spout.try_flush_batches(nagle=True) and sink.batches == []
+    sink.in_flight = False
+    assert spout.try_flush_batches(nagle=True) and len(sink.batches) == 1
+    spout.emit((2, "b"), "default")
+    sink.in_flight = True
+    assert spout.try_flush_batches() and len(sink.batches) == 2  # end of stream: no hold
+
+
+def test_bolt_ends_after_all_upstream_markers_and_calls_finish_once():
+    from tests.components import CountBolt
+
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(50), 2)
+    b.set_bolt("count", CountBolt()).shuffle_grouping("src")
+    topo = b.create_topology()  # count=1, src=2,3
+    workers = {1: 0, 2: 0, 3: 0}
+    bolt = ExecutorCore("t", topo, {}, 1, workers)
+    spouts = [ExecutorCore("t", topo, {}, t, workers) for t in (2, 3)]
+    for s in spouts:
+        s.connect({1: ExecutorCore.make_queue_sink(bolt.queue, s.task_id)})
+    bolt.connect({})
+    bolt.start()
+    spouts[0].start()
+    _until(spouts[0].done.is_set)
+    assert not bolt.done.wait(0.05)  # one upstream task has not ended yet
+    spouts[1].start()
+    assert bolt.done.wait(10)
+    assert bolt.state == "done" and bolt.executed == 100
+    assert bolt.obj.counts == {f"k{i}": 10 for i in range(10)}
