@@ -324,6 +324,7 @@ class ExecutorCore:
         try:
             if self.is_spout:
                 self.obj.open(self.conf, self.context, collector)
+                self.obj.activate()  # Storm activates a spout when its topology starts
             else:
                 self.obj.prepare(self.conf, self.context, collector)
         except Exception as e:

@@ -204,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         seconds = time.perf_counter() - t0
         stats = handle.stats()
         totals = handle.collected("totals")
-        summary = [dict(zip(Ranking.outputs, v, strict=True)) for *_, v in handle.collected("summary")]
+        summary = [dict(zip(Ranking.outputs, v, strict=True))
+                   for *_, v in handle.collected("summary")]
         cluster.kill_topology("flights")
 
         print(stats.summary())
