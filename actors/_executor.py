@@ -199,7 +199,12 @@ class ExecutorCore:
             self._inserter_list.append(ins)
 
     # -- emit path (executor thread only) ------------------------------------------------
-    def emit(self, values, stream: str) -> list[int]:
+    def _router(self, values, stream: str):
+        """The stream's router, after checking the stream is declared and the arity matches.
+
+        Raises:
+            EmitError: naming the component, the stream and its declared fields.
+        """
         r = self.routers.get(stream)
         if r is None:
             raise EmitError(f"component {self.component_id!r} emitted on undeclared stream "
@@ -209,27 +214,26 @@ class ExecutorCore:
                 f"component {self.component_id!r} emitted {len(values)} values on stream "
                 f"{stream!r}, which declares {r.arity} fields "
                 f"{self.spec.streams[stream].to_list()}")
+        return r
+
+    def emit(self, values, stream: str) -> list[int]:
+        r = self._router(values, stream)
         targets = r.route(values)
         msg = (r.index, values)
-        if self.pending:
+        pending = self.pending
+        if pending:
             for t in targets:
-                self.pending.append((t, msg))
+                pending.append((t, msg))
         else:
             inserters = self.inserters
             for t in targets:
-                if self.pending or not inserters[t].try_publish(msg):
-                    self.pending.append((t, msg))
+                if pending or not inserters[t].try_publish(msg):
+                    pending.append((t, msg))
         self.emitted += 1
         return targets
 
     def emit_direct(self, task: int, values, stream: str) -> None:
-        r = self.routers.get(stream)
-        if r is None:
-            raise EmitError(f"component {self.component_id!r} emitted on undeclared stream "
-                            f"{stream!r}; declared: {sorted(self.routers)}")
-        if len(values) != r.arity:
-            raise EmitError(f"component {self.component_id!r} emitted {len(values)} values on "
-                            f"stream {stream!r}, which declares {r.arity} fields")
+        r = self._router(values, stream)
         r.check_direct(task)
         self._transfer(task, (r.index, values))
         self.emitted += 1
