@@ -131,7 +131,7 @@ class ExecutorActor:
         """
         core = self.core
         try:
-            src, items = decode_batch(frame, self._max_frame)
+            src, items = decode_batch(frame, self._max_frame, len(core.streams))
             core.receive_items(src, items)
             return True
         except (FrameError, ValueError) as e:

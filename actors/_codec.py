@@ -75,12 +75,17 @@ def encode_batch(src_task: int, items: list) -> bytes:
     return msgpack.packb([src_task, items], **_packer_opts)
 
 
-def decode_batch(frame: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-                 ) -> tuple[int, list]:
+def decode_batch(frame: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 num_streams: int | None = None) -> tuple[int, list]:
     """Parse a frame into ``(src_task, [[stream_index, values], ...])``.
 
+    Args:
+        num_streams: when given, a stream index must be below it (or be the end-of-stream
+            marker -1); checked in the same pass as the shape.
+
     Raises:
-        FrameError: oversized, undecodable, or not of the frame's shape.
+        FrameError: oversized, undecodable, not of the frame's shape, or a stream index
+            out of range.
     """
     if not isinstance(frame, (bytes, bytearray, memoryview)):
         raise FrameError(f"frame must be bytes, got {type(frame).__name__}")
@@ -95,8 +100,11 @@ def decode_batch(frame: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     if (not isinstance(obj, list) or len(obj) != 2 or not isinstance(obj[0], int)
             or not isinstance(obj[1], list)):
         raise FrameError("frame is not [src_task, [[stream, values], ...]]")
+    limit = num_streams if num_streams is not None else 2**63
     for item in obj[1]:
         if (not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], int)
                 or not (item[1] is None or isinstance(item[1], list))):
             raise FrameError("frame item is not [stream_index, values]")
+        if not -1 <= item[0] < limit:
+            raise FrameError(f"unknown stream index {item[0]}")
     return obj[0], obj[1]

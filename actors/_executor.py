@@ -128,10 +128,10 @@ class ExecutorCore:
                              c["topology.executor.overflow.limit"], self.bp_wait)
         self.streams = stream_table(topology)
         self.routers = build_routers(topology, self.component_id, task_id, task_worker)
-        self.destinations = sorted({t for r in self.routers.values() for t in
-                                    (r.direct_tasks | {t for s in r._subs for t in s.tasks})}
-                                   | set(topology.downstream_tasks(self.component_id)))
+        # Every task any grouping routes to belongs to a subscribing component, and the
+        # end-of-stream marker goes to all of them: one list serves both.
         self.downstream = topology.downstream_tasks(self.component_id)
+        self.destinations = self.downstream
         self.upstream_open = set(topology.upstream_tasks(self.component_id))
         self.upstream_all = frozenset(self.upstream_open)
         tasks = topology.component_tasks
@@ -149,7 +149,6 @@ class ExecutorCore:
         self._inserter_list: list[BatchInserter] = []
         # counters
         self.emitted = 0
-        self.transferred_batches = 0
         self.executed = 0
         self.acked = 0
         self.failed = 0
@@ -284,16 +283,14 @@ class ExecutorCore:
     def receive_items(self, src_task: int, items: list) -> None:
         """Insert a decoded batch from ``src_task``; blocks while the queue is full.
 
+        Stream indices were checked by ``decode_batch(..., num_streams=len(self.streams))``.
+
         Raises:
-            ValueError: the batch names a source or stream this task does not consume
+            ValueError: the batch comes from a task this task does not consume from
                 (the caller counts and drops it).
         """
         if src_task not in self.upstream_all and src_task != self.task_id:
             raise ValueError(f"task {self.task_id} does not consume from task {src_task}")
-        n = len(self.streams)
-        for s, _ in items:
-            if s >= n:
-                raise ValueError(f"unknown stream index {s}")
         self.queue.publish_all([(src_task, s, v) for s, v in items], lambda: self._stop)
 
     # -- the loop ------------------------------------------------------------------------

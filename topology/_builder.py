@@ -185,14 +185,12 @@ class TopologyBuilder:
         self._par: dict[str, Any] = {}
         self._inputs: dict[str, list[Grouping]] = {}
         self._conf: dict[str, dict] = {}
-        self._duplicates: list[str] = []
 
     def _add(self, cid: str, obj: Any, parallelism_hint: Any) -> None:
         if not isinstance(cid, str) or not cid or cid.startswith("__"):
             raise TopologyError(f"component id must be a non-empty string not starting with "
                                 f"'__', got {cid!r}")
         if cid in self._objs:
-            self._duplicates.append(cid)
             raise TopologyError(f"duplicate component id {cid!r}: ids must be unique across "
                                 f"spouts and bolts")
         self._objs[cid] = obj
