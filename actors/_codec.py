@@ -108,3 +108,57 @@ def decode_batch(frame: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         if not -1 <= item[0] < limit:
             raise FrameError(f"unknown stream index {item[0]}")
     return obj[0], obj[1]
+
+
+# -- worker to worker ------------------------------------------------------------------------
+# A transfer payload groups the frames for one destination worker:
+# ``msgpack([src_worker, [[dest_task, frame], ...]])``; each frame stays opaque bytes, so the
+# transfer actors never decode tuples. A backpressure status travels as
+# ``msgpack(BackPressureStatus.to_wire())``.
+
+
+def encode_transfer(src_worker: int, frames: list[tuple[int, bytes]]) -> bytes:
+    """Serialise the frames of one delivery to another worker."""
+    return msgpack.packb([src_worker, frames], use_bin_type=True)
+
+
+def decode_transfer(payload: bytes,
+                    max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> tuple[int, list]:
+    """Parse a delivery into ``(src_worker, [[dest_task, frame_bytes], ...])``.
+
+    Raises:
+        FrameError: oversized, undecodable or not of that shape.
+    """
+    if not isinstance(payload, (bytes, bytearray)):
+        raise FrameError(f"payload must be bytes, got {type(payload).__name__}")
+    if len(payload) > max_bytes:
+        raise FrameError(f"payload of {len(payload)} bytes exceeds the {max_bytes}-byte limit")
+    try:
+        obj = msgpack.unpackb(payload, raw=False)
+    except Exception as e:
+        raise FrameError(f"undecodable payload ({type(e).__name__}: {e})") from None
+    if (not isinstance(obj, list) or len(obj) != 2 or not isinstance(obj[0], int)
+            or not isinstance(obj[1], list)
+            or not all(isinstance(f, list) and len(f) == 2 and isinstance(f[0], int)
+                       and isinstance(f[1], bytes) for f in obj[1])):
+        raise FrameError("payload is not [src_worker, [[dest_task, frame], ...]]")
+    return obj[0], obj[1]
+
+
+def encode_status(wire: list) -> bytes:
+    """Serialise a ``BackPressureStatus.to_wire()`` list."""
+    return msgpack.packb(wire, use_bin_type=True)
+
+
+def decode_status(data: bytes, max_bytes: int = 1 << 20) -> list:
+    """Parse a status message back into its wire list (shape checked by ``from_wire``).
+
+    Raises:
+        FrameError: oversized or undecodable.
+    """
+    if not isinstance(data, (bytes, bytearray)) or len(data) > max_bytes:
+        raise FrameError("status must be bytes within the size limit")
+    try:
+        return msgpack.unpackb(data, raw=False)
+    except Exception as e:
+        raise FrameError(f"undecodable status ({type(e).__name__}: {e})") from None

@@ -31,7 +31,14 @@ from typing import Any
 
 from actors._errors import ErrorReporter
 from actors._routing import build_routers, stream_table
-from backpressure import BatchInserter, JCQueue, make_wait_strategy
+from backpressure import (
+    BackPressureStatus,
+    BackPressureTracker,
+    BatchInserter,
+    JCQueue,
+    RemoteBackPressure,
+    make_wait_strategy,
+)
 from topology import (
     DEFAULT_STREAM,
     EmitError,
@@ -134,6 +141,23 @@ class ExecutorCore:
         self.destinations = self.downstream
         self.upstream_open = set(topology.upstream_tasks(self.component_id))
         self.upstream_all = frozenset(self.upstream_open)
+        self.task_worker = dict(task_worker)
+        self.worker = task_worker.get(task_id, 0)
+        #: upstream tasks in other workers: their tuples arrive through transfer actors
+        self.remote_upstream = frozenset(t for t in self.upstream_all
+                                         if task_worker.get(t, 0) != self.worker)
+        # receiving side of the backpressure between workers (a one-task tracker: the
+        # queue lives in this process); reports go to the worker's transfer actor
+        self.bp_tracker = BackPressureTracker(self.worker, {task_id: self.queue})
+        self._bp_lock = threading.Lock()
+        self._bp_seq = 0
+        self._resend_size = c["topology.backpressure.resend.size"]
+        self.bp_reports = 0
+        self._drop_logged_at = 0.0
+        # sending side: which remote tasks are backlogged, and the halt-lags seen
+        self.remote_bp = RemoteBackPressure()
+        self.halt_lags_s: deque = deque(maxlen=1000)
+        self.remote_refusals = 0
         tasks = topology.component_tasks
         self.context = TopologyContext(
             topology_name, self.component_id, task_id,
@@ -292,6 +316,74 @@ class ExecutorCore:
         if src_task not in self.upstream_all and src_task != self.task_id:
             raise ValueError(f"task {self.task_id} does not consume from task {src_task}")
         self.queue.publish_all([(src_task, s, v) for s, v in items], lambda: self._stop)
+
+    # -- between workers (receiving side: any thread; sending side: control thread) ------
+    def receive_remote_items(self, src_task: int, items: list) -> tuple | None:
+        """Insert a batch that came from another worker; never blocks.
+
+        Storm's ``transferLocalBatch`` for this task: into the receive queue while the
+        overflow is empty and there is room, else into the overflow (or dropped and counted
+        beyond ``topology.executor.overflow.limit``, logged at most once per
+        ``topology.error.throttle.interval.secs``).
+
+        Returns:
+            A report for the transfer actor, ``(task, backlogged, since, seq, reminder)``,
+            when this task just became backlogged or ``topology.backpressure.resend.size``
+            more tuples went to its overflow since the last report; else None.
+
+        Raises:
+            ValueError: the batch comes from a task this task does not consume from.
+        """
+        if src_task not in self.upstream_all:
+            raise ValueError(f"task {self.task_id} does not consume from task {src_task}")
+        q = self.queue
+        _, dropped = q.publish_remote([(src_task, s, v) for s, v in items])
+        if dropped:
+            now = time.time()
+            if now - self._drop_logged_at >= self.conf["topology.error.throttle.interval.secs"]:
+                self._drop_logged_at = now
+                logger.warning("%s:%d: overflow at its limit (%d): dropped %d tuples (%d so "
+                               "far)", self.component_id, self.task_id, q.overflow_limit,
+                               dropped, q.dropped_messages)
+        if q.is_empty_overflow() and not dropped:
+            return None
+        with self._bp_lock:
+            tr = self.bp_tracker
+            total = q.overflowed_total
+            if tr.record_back_pressure(self.task_id):
+                tr.set_last_overflow_count(self.task_id, total)
+                return self._report(True, False)
+            if total - tr.get_last_overflow_count(self.task_id) >= self._resend_size:
+                tr.set_last_overflow_count(self.task_id, total)
+                return self._report(True, True)
+        return None
+
+    def check_backpressure(self) -> tuple | None:
+        """The backpressure-check timer's step: clear this task once its overflow has
+        drained. Returns a report for the transfer actor on a change, else None."""
+        with self._bp_lock:
+            if self.bp_tracker.refresh_bp_task_list():
+                return self._report(False, False)
+        return None
+
+    def _report(self, backlogged: bool, reminder: bool) -> tuple:
+        self._bp_seq += 1
+        self.bp_reports += 1
+        if not reminder:
+            logger.info("%s:%d: %s", self.component_id, self.task_id,
+                        "backlogged (overflow in use)" if backlogged else "backlog cleared")
+        return (self.task_id, backlogged, self.bp_tracker.since(self.task_id), self._bp_seq,
+                reminder)
+
+    def apply_backpressure(self, status: BackPressureStatus) -> list[int]:
+        """Apply another worker's status to this task's sends; returns the tasks that
+        became backlogged here (their halt-lag is recorded). Stale statuses are ignored."""
+        res = self.remote_bp.apply(status)
+        if res is None:
+            return []
+        newly, lags = res
+        self.halt_lags_s.extend(lags)
+        return newly
 
     # -- the loop ------------------------------------------------------------------------
     def _handle(self, el) -> None:
@@ -466,6 +558,12 @@ class ExecutorCore:
             "send_failures": self.send_failures,
             "backpressure_wait_ms": self.backpressure_wait_s * 1000.0,
             "bad_frames": self.bad_frames,
+            "backlogged": self.bp_tracker.is_backpressured(self.task_id),
+            "overflowed_total": self.queue.overflowed_total,
+            "bp_reports": self.bp_reports,
+            "remote_backlogged": self.remote_bp.backlogged(),
+            "remote_refusals": self.remote_refusals,
+            "halt_lags_ms": [x * 1000.0 for x in self.halt_lags_s],
             "error_count": self.errors.total, "errors": self.errors.snapshot(),
             "uptime_s": (end - self._started_at) if self._started_at else 0.0,
         }

@@ -7,6 +7,13 @@ these classes decide, and every class is unit-tested without a cluster.
 
 from backpressure._jcqueue import BatchInserter, JCQueue, JCQueueMetrics, QueueInterrupted
 from backpressure._rate import RateTracker
+from backpressure._tracker import (
+    BackPressureStatus,
+    BackPressureTracker,
+    RemoteBackPressure,
+    WorkerBackPressure,
+    next_status_id,
+)
 from backpressure._wait import (
     SITUATIONS,
     ParkWaitStrategy,
@@ -17,7 +24,8 @@ from backpressure._wait import (
 )
 
 __all__ = [
-    "BatchInserter", "JCQueue", "JCQueueMetrics", "ParkWaitStrategy",
+    "BackPressureStatus", "BackPressureTracker", "RemoteBackPressure", "WorkerBackPressure",
+    "next_status_id", "BatchInserter", "JCQueue", "JCQueueMetrics", "ParkWaitStrategy",
     "ProgressiveWaitStrategy", "QueueInterrupted", "RateTracker", "SITUATIONS",
     "SleepWaitStrategy", "WaitStrategy", "make_wait_strategy",
 ]

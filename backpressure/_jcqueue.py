@@ -10,7 +10,10 @@ Storm 2.0's ``JCQueue`` (seeds/storm2-messaging-redesign.txt; notes/storm2-inter
 * **batch inserters**, one per producer, group ``topology.producer.batch.size`` elements
   per insert. An inserter is generic over its *sink* (any ``try_fill(items) -> n``), so the
   same class batches into a local ``JCQueue`` and into a remote executor's queue;
-* ``consume`` drains the receive queue, then the overflow queue, as Storm does.
+* ``consume`` drains the receive queue, then the overflow queue, as Storm does, but only
+  once every element that entered the receive queue before the overflow started has been
+  consumed (a *barrier*), so one upstream task's tuples never overtake each other when a
+  batch is split between the two queues.
 
 Many producers, one consumer. Producers serialise on a lock (an insert is one
 ``deque.extend``); the consumer pops without it (``deque.popleft`` is atomic in CPython).
@@ -183,6 +186,10 @@ class JCQueue:
         self._dropped = 0
         self._arrivals = RateTracker()
         self._interrupted = False
+        # ordering barrier between the two queues (see consume)
+        self._q_in = 0  # elements ever inserted into the receive queue (under the lock)
+        self._ov_barrier = 0  # _q_in when the overflow last went from empty to non-empty
+        self._overflowed = 0  # elements ever put into the overflow (cumulative)
 
     # -- producers ----------------------------------------------------------------------
     def try_fill(self, items: list) -> int:
@@ -197,8 +204,48 @@ class JCQueue:
             else:
                 self._q.extend(islice(items, room))
                 n = room
+            self._q_in += n
             self._arrivals.notify(n)
             return n
+
+    def publish_remote(self, items: list) -> tuple[int, int]:
+        """Insert a batch that arrived from another worker; never blocks.
+
+        Storm's ``WorkerState.transferLocalBatch`` for one task: elements go to the receive
+        queue while the overflow is empty and there is room; the rest, and everything while
+        the overflow is non-empty (so one upstream's order is kept), go to the overflow
+        queue; beyond ``overflow_limit`` (> 0) they are dropped and counted. Storm 2.0
+        overflowQ, see seeds/storm2-backpressure-model.txt §2b-c.
+
+        Returns:
+            ``(overflowed, dropped)``: how many went to the overflow, how many were dropped.
+        """
+        total = len(items)
+        with self._lock:
+            n = 0
+            ov = self._overflow
+            if not ov:
+                room = self.capacity - len(self._q)
+                if room > 0:
+                    n = min(room, total)
+                    self._q.extend(items if n == total else islice(items, n))
+                    self._q_in += n
+            self._arrivals.notify(total)
+            rest = total - n
+            if not rest:
+                return 0, 0
+            self._insert_failures += 1
+            if not ov:
+                self._ov_barrier = self._q_in
+            take = rest
+            if self.overflow_limit > 0:
+                take = max(0, min(rest, self.overflow_limit - len(ov)))
+            if take:
+                ov.extend(islice(items, n, n + take))
+                self._overflowed += take
+            dropped = rest - take
+            self._dropped += dropped
+            return take, dropped
 
     def _record_insert_failure(self) -> None:
         self._insert_failures += 1
@@ -265,11 +312,15 @@ class JCQueue:
 
         Storm 2.0 overflowQ, see seeds/storm2-backpressure-model.txt §2b-c.
         """
-        if self.overflow_limit > 0 and len(self._overflow) >= self.overflow_limit:
-            self._dropped += 1
-            return False
-        self._overflow.append(obj)
-        return True
+        with self._lock:
+            if self.overflow_limit > 0 and len(self._overflow) >= self.overflow_limit:
+                self._dropped += 1
+                return False
+            if not self._overflow:
+                self._ov_barrier = self._q_in
+            self._overflow.append(obj)
+            self._overflowed += 1
+            return True
 
     def interrupt(self) -> None:
         """Make every blocked and future blocking publish raise ``QueueInterrupted``."""
@@ -280,7 +331,8 @@ class JCQueue:
                 exit_cond: Callable[[], bool] | None = None) -> int:
         """Hand queued elements to ``handler``: the receive queue first, then the overflow.
 
-        At most the elements present at entry are consumed from each queue (so a fast
+        The overflow is consumed only once everything that entered the receive queue before
+        the overflow started has been consumed (the ordering barrier). At most the elements present at entry are consumed from each queue (so a fast
         producer cannot keep the consumer here forever), and ``exit_cond()`` returning
         False stops early (Storm's ``ExitCondition.keepRunning``). Never blocks.
 
@@ -302,6 +354,10 @@ class JCQueue:
             if n < limit:
                 return n
         ov = self._overflow
+        # consumed so far >= _q_in (read first) - len(q) (read second): a lower bound even
+        # while producers insert, so the barrier can only be passed late, never early
+        if not ov or self._q_in - len(q) < self._ov_barrier:
+            return n
         olimit = len(ov)
         m = 0
         while m < olimit and (exit_cond is None or exit_cond()):
@@ -322,6 +378,11 @@ class JCQueue:
 
     def is_empty_overflow(self) -> bool:
         return not self._overflow
+
+    @property
+    def overflowed_total(self) -> int:
+        """Elements ever put into the overflow queue (cumulative; for BP reminders)."""
+        return self._overflowed
 
     def pending_in_inserters(self) -> int:
         """Elements held in this queue's own producers' partial batches."""

@@ -10,11 +10,11 @@ from cluster._spark import (
     start_spark,
     stop_spark,
 )
-from cluster._stats import TaskStats, TopologyStats
+from cluster._stats import TaskStats, TopologyStats, WorkerStats
 from cluster._submit import assign_tasks, submit
 
 __all__ = [
     "JAVA_MISSING", "LocalCluster", "SparkUnavailableError", "TaskStats", "TopologyFailed",
-    "TopologyHandle", "TopologyStats", "assign_tasks", "check_java", "java_add_opens",
+    "TopologyHandle", "TopologyStats", "WorkerStats", "assign_tasks", "check_java", "java_add_opens",
     "start_spark", "stop_spark", "submit",
 ]

@@ -7,7 +7,7 @@ import logging
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from cluster._stats import TaskStats, TopologyStats
+from cluster._stats import TaskStats, TopologyStats, WorkerStats
 from topology import StormTopology
 
 logger = logging.getLogger("storm_on_ray.cluster")
@@ -18,22 +18,26 @@ class TopologyFailed(RuntimeError):
 
 
 class TopologyHandle:
-    """A running topology: its executor actors (one per task) and placement groups.
+    """A running topology: its executor actors (one per task), its transfer actors (one per
+    worker when there are several) and its placement groups (one per worker).
 
     Attributes:
         name: the name given at submit.
         topology: the submitted topology.
         conf: the validated config.
         task_worker: task id → worker index.
+        transfers: worker index → transfer actor (empty for a one-worker topology).
     """
 
     def __init__(self, name: str, topology: StormTopology, conf: dict,
                  actors: dict[int, ray.actor.ActorHandle], placement_groups: list,
-                 task_worker: dict[int, int]) -> None:
+                 task_worker: dict[int, int],
+                 transfers: dict[int, ray.actor.ActorHandle] | None = None) -> None:
         self.name = name
         self.topology = topology
         self.conf = conf
         self.actors = actors
+        self.transfers = dict(transfers or {})
         self.placement_groups = placement_groups
         self.task_worker = task_worker
         self._killed = False
@@ -69,9 +73,13 @@ class TopologyHandle:
             TopologyFailed: an executor actor died.
         """
         tasks = sorted(self.actors)
-        raw = self._get([self.actors[t].stats.remote() for t in tasks], timeout, "stats")
-        ts = [TaskStats.from_dict(d) for d in raw]
-        return TopologyStats(self.name, ts, all(t.state == "done" for t in ts))
+        workers = sorted(self.transfers)
+        raw = self._get([self.actors[t].stats.remote() for t in tasks]
+                        + [self.transfers[w].stats.remote() for w in workers], timeout, "stats")
+        ts = [TaskStats.from_dict(d) for d in raw[:len(tasks)]]
+        ws = [WorkerStats.from_dict(d) for d in raw[len(tasks):]]
+        return TopologyStats(self.name, ts, all(t.state == "done" for t in ts), ws,
+                             dict(self.task_worker))
 
     def collected(self, component_id: str) -> list:
         """Tuples kept by a ``CollectorBolt`` component, all tasks, in task order.
@@ -94,10 +102,11 @@ class TopologyHandle:
             ray.get([a.shutdown.remote() for a in self.actors.values()], timeout=30)
         except Exception as e:  # dying actors: we kill them anyway
             logger.warning("topology %r: shutdown: %s", self.name, e)
-        for a in self.actors.values():
+        for a in list(self.actors.values()) + list(self.transfers.values()):
             ray.kill(a)
         for pg in self.placement_groups:
             ray.util.remove_placement_group(pg)
 
     def __repr__(self) -> str:
-        return f"TopologyHandle({self.name!r}, {len(self.actors)} tasks)"
+        return (f"TopologyHandle({self.name!r}, {len(self.actors)} tasks, "
+                f"{len(set(self.task_worker.values()))} worker(s))")

@@ -23,6 +23,12 @@ class TaskStats:
         send_failures: this task's sends that found a destination backlogged.
         backpressure_wait_ms: time the executor spent idling because of backpressure.
         bad_frames: malformed frames dropped on receipt.
+        backlogged: this task is backlogged now (its overflow is in use; other workers
+            hold their sends to it).
+        overflowed_total: tuples ever put into its overflow queue.
+        remote_backlogged: tasks of other workers this task may not send to now.
+        halt_lags_ms: recent halt-lags seen by this task as a sender (ms from a
+            destination's backlog starting to this task holding its sends).
         error_count / errors: user-code errors (each kind with count and last traceback).
     """
 
@@ -43,6 +49,10 @@ class TaskStats:
     backpressure_wait_ms: float
     bad_frames: int
     error_count: int
+    backlogged: bool = False
+    overflowed_total: int = 0
+    remote_backlogged: list[int] = field(default_factory=list)
+    halt_lags_ms: list[float] = field(default_factory=list)
     errors: list[dict] = field(default_factory=list)
     queue: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -57,7 +67,50 @@ class TaskStats:
                    dropped_messages=q["dropped_messages"], pending_emits=d["pending_emits"],
                    max_pending_emits=d["max_pending_emits"], send_failures=d["send_failures"],
                    backpressure_wait_ms=d["backpressure_wait_ms"], bad_frames=d["bad_frames"],
-                   error_count=d["error_count"], errors=d["errors"], queue=q, raw=d)
+                   error_count=d["error_count"], errors=d["errors"], queue=q, raw=d,
+                   backlogged=d.get("backlogged", False),
+                   overflowed_total=d.get("overflowed_total", 0),
+                   remote_backlogged=d.get("remote_backlogged", []),
+                   halt_lags_ms=d.get("halt_lags_ms", []))
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """One worker's transfer actor: traffic, drops and backpressure view.
+
+    Attributes:
+        worker: the worker index. node_id: the Ray node it runs on. tasks: its task ids.
+        backlogged: its backlogged tasks now → since (epoch s).
+        remote_backlogged: tasks of other workers it knows to be backlogged.
+        frames_sent / frames_received: batches to / from other workers.
+        statuses_sent / statuses_received: BackPressureStatus messages.
+        dropped_unknown_task / dropped_bad_payload / dropped_oversized: dropped input.
+        counters: every counter, by name.
+    """
+
+    worker: int
+    node_id: str
+    tasks: list[int]
+    backlogged: dict[int, float]
+    remote_backlogged: list[int]
+    frames_sent: int
+    frames_received: int
+    statuses_sent: int
+    statuses_received: int
+    dropped_unknown_task: int
+    dropped_bad_payload: int
+    dropped_oversized: int
+    counters: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> WorkerStats:
+        return cls(worker=d["worker"], node_id=d["node_id"], tasks=d["tasks"],
+                   backlogged=d["backlogged"], remote_backlogged=d["remote_backlogged"],
+                   frames_sent=d["frames_sent"], frames_received=d["frames_received"],
+                   statuses_sent=d["statuses_sent"], statuses_received=d["statuses_received"],
+                   dropped_unknown_task=d["dropped_unknown_task"],
+                   dropped_bad_payload=d["dropped_bad_payload"],
+                   dropped_oversized=d["dropped_oversized"], counters=d)
 
 
 @dataclass(frozen=True)
@@ -68,11 +121,23 @@ class TopologyStats:
         name: the topology name.
         tasks: one entry per task, by task id.
         complete: True once every task has ended its stream.
+        workers: one entry per worker with a transfer actor (empty for one worker).
+        assignment: task id → worker index.
     """
 
     name: str
     tasks: list[TaskStats]
     complete: bool
+    workers: list[WorkerStats] = field(default_factory=list)
+    assignment: dict[int, int] = field(default_factory=dict)
+
+    def halt_lag_ms(self, q: float = 0.5) -> float | None:
+        """The ``q`` quantile (0-1) of the halt-lags recorded by all tasks, in ms; None if
+        no task has had to hold for a backlogged task of another worker yet."""
+        lags = sorted(x for t in self.tasks for x in t.halt_lags_ms)
+        if not lags:
+            return None
+        return lags[min(len(lags) - 1, int(q * len(lags)))]
 
     def component(self, component_id: str) -> list[TaskStats]:
         """The tasks of one component; ``KeyError`` naming the known components."""
@@ -102,4 +167,12 @@ class TopologyStats:
                          f"{sum(t.queue_population + t.overflow for t in ts):>9}"
                          f"{sum(t.backpressure_wait_ms for t in ts):>12.1f}"
                          f"{sum(t.error_count for t in ts):>8}")
+        for w in self.workers:
+            lines.append(f"worker {w.worker} (node {w.node_id[:8]}): tasks {w.tasks}, "
+                         f"backlogged {sorted(w.backlogged)}, frames out/in "
+                         f"{w.frames_sent}/{w.frames_received}, statuses out/in "
+                         f"{w.statuses_sent}/{w.statuses_received}")
+        p50 = self.halt_lag_ms(0.5)
+        if p50 is not None:
+            lines.append(f"halt-lag p50 {p50:.2f} ms, p99 {self.halt_lag_ms(0.99):.2f} ms")
         return "\n".join(lines)

@@ -8,7 +8,7 @@ import ray
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from actors import ExecutorActor
+from actors import ExecutorActor, TransferActor
 from cluster._handle import TopologyHandle
 from topology import StormTopology, TopologyError, make_config
 
@@ -16,20 +16,36 @@ logger = logging.getLogger("storm_on_ray.cluster")
 
 
 def assign_tasks(topology: StormTopology, workers: int) -> dict[int, int]:
-    """Task id → worker index, round robin over tasks in id order (deterministic)."""
+    """Task id → worker index, round robin over tasks in id order (deterministic): task
+    ids follow Storm's sorted component order, so each component spreads over the workers
+    as Storm's default scheduler spreads executors."""
     return {t: i % workers for i, t in enumerate(sorted(
         t for ts in topology.component_tasks.values() for t in ts))}
 
 
+def _worker_nodes(workers: int, placement: str) -> list[str]:
+    """The node each worker's placement group is aimed at (a soft target: Ray falls back to
+    any node with room). ``pack``: the submitting node; ``spread``: alive nodes with CPUs,
+    round robin in node-id order."""
+    if placement == "pack":
+        return [ray.get_runtime_context().get_node_id()] * workers
+    nodes = sorted(n["NodeID"] for n in ray.nodes()
+                   if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0)
+    return [nodes[i % len(nodes)] for i in range(workers)]
+
+
 def submit(name: str, conf: dict | None, topology: StormTopology,
            ready_timeout: float = 120) -> TopologyHandle:
-    """Create the executors of ``topology`` and start them; returns a handle at once.
+    """Create the workers and executors of ``topology`` and start them; returns at once.
+
+    Each worker is a STRICT_PACK placement group (one node) holding its executors and, when
+    ``topology.workers`` > 1, one :class:`TransferActor`. ``topology.worker.placement``
+    chooses whether workers share the submitting node (``pack``) or spread over nodes.
 
     Raises:
-        TopologyError: not a topology, a bad name, or more than one worker requested
-            (multi-worker transfer arrives with the transfer-actor issue).
+        TopologyError: not a topology, or a bad name.
         ConfigError: invalid config.
-        TimeoutError: Ray could not place the worker within ``ready_timeout`` s.
+        TimeoutError: Ray could not place the workers within ``ready_timeout`` s.
     """
     if not isinstance(topology, StormTopology):
         raise TopologyError(f"submit_topology expects a StormTopology (from "
@@ -38,37 +54,53 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
         raise TopologyError(f"topology name must be a non-empty string, got {name!r}")
     conf = make_config(conf)
     workers = conf["topology.workers"]
-    if workers != 1:
-        raise TopologyError(
-            f"topology {name!r}: topology.workers={workers} is not supported yet; workers as "
-            f"placement groups with transfer actors are the next milestone. Use 1.")
     task_worker = assign_tasks(topology, workers)
+    tasks_of = {w: sorted(t for t, x in task_worker.items() if x == w) for w in range(workers)}
+    workers = max(1, sum(1 for ts in tasks_of.values() if ts))  # no empty workers
+    tasks_of = {w: ts for w, ts in tasks_of.items() if ts}
     cpu = conf["topology.component.cpu.pcore.percent"] / 100.0
-    n = topology.num_tasks
-    pg = placement_group([{"CPU": round(cpu * n, 4)}], strategy="STRICT_PACK",
-                         name=f"storm-{name}-w0")
+    with_transfer = workers > 1
+    nodes = _worker_nodes(workers, conf["topology.worker.placement"])
+    pgs = []
+    for w, ts in tasks_of.items():
+        need = round(cpu * (len(ts) + with_transfer), 4)
+        pgs.append(placement_group([{"CPU": need}], strategy="STRICT_PACK",
+                                   name=f"storm-{name}-w{w}", _soft_target_node_id=nodes[w]))
     try:
-        ray.get(pg.ready(), timeout=ready_timeout)
+        ray.get([pg.ready() for pg in pgs], timeout=ready_timeout)
     except ray.exceptions.GetTimeoutError:
-        ray.util.remove_placement_group(pg)
+        for pg in pgs:
+            ray.util.remove_placement_group(pg)
         raise TimeoutError(
-            f"topology {name!r}: Ray could not reserve {cpu * n:.2f} CPU for {n} executors "
-            f"within {ready_timeout} s; lower topology.component.cpu.pcore.percent or add "
-            f"CPUs") from None
+            f"topology {name!r}: Ray could not reserve {cpu:.3f} CPU per executor for "
+            f"{topology.num_tasks} executors in {workers} worker(s) within {ready_timeout} s; "
+            f"lower topology.component.cpu.pcore.percent or add CPUs") from None
     topo_ref = ray.put(topology)
-    actors = {}
-    for task in sorted(task_worker):
-        actors[task] = ExecutorActor.options(
-            num_cpus=cpu, name=None,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=pg, placement_group_bundle_index=0),
-        ).remote(name, topo_ref, conf, task, task_worker)
-    handle = TopologyHandle(name, topology, conf, actors, [pg], task_worker)
+    actors, transfers = {}, {}
+    for w, ts in tasks_of.items():
+        strategy = PlacementGroupSchedulingStrategy(placement_group=pgs[w],
+                                                    placement_group_bundle_index=0)
+        for task in ts:
+            actors[task] = ExecutorActor.options(num_cpus=cpu, scheduling_strategy=strategy
+                                                 ).remote(name, topo_ref, conf, task,
+                                                          task_worker)
+        if with_transfer:
+            transfers[w] = TransferActor.options(num_cpus=cpu, scheduling_strategy=strategy
+                                                 ).remote(name, w, conf, task_worker)
+    handle = TopologyHandle(name, topology, conf, actors, pgs, task_worker, transfers)
     try:
-        ray.get([a.connect.remote(actors) for a in actors.values()])
+        if transfers:
+            ray.get([ta.connect.remote(
+                {t: actors[t] for t in tasks_of[w]},
+                {t: topology.downstream_tasks(topology.task_component(t)) for t in tasks_of[w]},
+                {v: h for v, h in transfers.items() if v != w})
+                for w, ta in transfers.items()])
+        ray.get([a.connect.remote(actors, transfers.get(task_worker[t]))
+                 for t, a in actors.items()])
         ray.get([a.start.remote() for a in actors.values()])
     except Exception:
         handle.kill()
         raise
-    logger.info("topology %r started: %d tasks in %d worker(s)", name, n, workers)
+    logger.info("topology %r started: %d tasks in %d worker(s)", name, topology.num_tasks,
+                workers)
     return handle

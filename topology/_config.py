@@ -32,7 +32,8 @@ WAIT_STRATEGIES = ("progressive", "park", "sleep")
 
 _KEYS: list[ConfigKey] = [
     ConfigKey("topology.workers", (int,), 1,
-              "Storm's default; one worker keeps every hop a direct executor-to-executor call.",
+              "Storm's default. Each worker is a Ray placement group with its executors and "
+              "one transfer actor; tuples between workers go through the transfer actors.",
               minimum=1),
     ConfigKey("topology.executor.receive.buffer.size", (int,), 32768,
               "Storm's default. Bounds each executor's receive queue, in tuples.", minimum=2),
@@ -46,16 +47,35 @@ _KEYS: list[ConfigKey] = [
               "Storm's default: partial batches leave at least every 1 ms. 0 disables "
               "flush tuples.", minimum=0),
     ConfigKey("topology.transfer.buffer.size", (int,), 1000,
-              "Storm's default; the worker transfer queue (used by multi-worker topologies).",
+              "Storm's default, accepted for compatibility but unused: a transfer actor's "
+              "queue is bounded by the per (sender, destination task) credits of "
+              "topology.transfer.max.inflight.batches instead.",
               minimum=2),
     ConfigKey("topology.transfer.batch.size", (int,), 1,
-              "Storm's default; must be at most half of topology.transfer.buffer.size.",
+              "Storm's default, accepted for compatibility but unused: a transfer actor sends "
+              "every frame queued for a worker in one delivery. Must be at most half of "
+              "topology.transfer.buffer.size, as in Storm.",
               minimum=1),
     ConfigKey("topology.executor.overflow.limit", (int,), 0,
               "Storm's default: 0 leaves the overflow queue (remote arrivals during the "
               "halt-lag) unbounded; >0 drops, and counts, beyond the limit.", minimum=0),
     ConfigKey("topology.backpressure.check.millis", (int, float), 50,
-              "Storm's default period of the backpressure-check timer.", minimum=1),
+              "Storm's default period of the backpressure-check timer (clears a task once "
+              "its overflow has drained; runs only in tasks with upstreams in other "
+              "workers).", minimum=1),
+    ConfigKey("topology.backpressure.resend.size", (int,), 10000,
+              "Storm's hard-coded RESEND_BACKPRESSURE_SIZE, made a key: a backlogged task's "
+              "status is sent again after every this many tuples put into its overflow, in "
+              "case a status was lost. Counted per task (STORM-3510).", minimum=1),
+    ConfigKey("topology.worker.placement", (str,), "pack",
+              "Ours (Storm leaves this to its scheduler): each worker is a STRICT_PACK "
+              "placement group; 'pack' asks Ray to put every worker on the submitting node, "
+              "'spread' puts worker i on the i-th alive node (round robin).",
+              choices=("pack", "spread")),
+    ConfigKey("topology.transfer.max.frame.bytes", (int,), 64 * 1024 * 1024,
+              "Ours: the largest frame or transfer payload a receiver decodes; larger ones "
+              "are dropped and counted (a bound on what a peer can make us allocate).",
+              minimum=1024),
     ConfigKey("topology.transfer.max.inflight.batches", (int,), 2,
               "Ours (no Storm equivalent): batches sent to one destination task whose actor "
               "call has not completed yet. The receiver completes the call only once the "
