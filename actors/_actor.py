@@ -26,24 +26,26 @@ logger = logging.getLogger("storm_on_ray.actor")
 
 
 class ActorSink:
-    """Sends a batch to another executor as one actor call: credit-based, never blocking.
+    """Sends a batch to another executor as one actor call: a sliding window, never blocking.
 
-    At most ``max_inflight`` calls to the destination may be unfinished; the receiver
-    finishes a call only once the batch is inside its bounded receive queue (same worker),
-    or inside the destination's receive or overflow queue (another worker, through the
-    transfer actors). With no credit left the sink takes nothing (returns 0), the sender's
-    emit goes to ``pending_emits``, and memory in transit stays bounded by
+    Frames to the destination are numbered from 0; each call returns the receiver's
+    cumulative acknowledgement (the highest seq it has fully inserted). At most
+    ``max_inflight`` frames may be sent and not yet acknowledged; the receiver acknowledges
+    a frame only once it is inside its bounded receive queue (same worker), or inside the
+    destination's receive or overflow queue (another worker, through the transfer actors).
+    With the window full the sink takes nothing (returns 0), the sender's emit goes to
+    ``pending_emits``, and memory in transit stays bounded by
     ``max_inflight × topology.producer.batch.size`` per (sender, receiver) pair.
 
     Args:
         send: ``send(frame) -> ObjectRef``: the receiver's ``receive``, or for a task in
-            another worker ``lambda f: transfer.transfer.remote(dest, f)``.
+            another worker ``functools.partial(transfer.transfer.remote, dest)``.
         remote: True for a task in another worker: a send to it fails at once while its
             worker's last :class:`BackPressureStatus` names it backlogged.
     """
 
     __slots__ = ("_send", "_src", "_max", "_inflight", "_core", "dest", "sent_batches",
-                 "_remote")
+                 "_remote", "_next", "_acked")
 
     def __init__(self, send, src_task: int, dest_task: int, max_inflight: int,
                  core: ExecutorCore, remote: bool = False) -> None:
@@ -54,35 +56,44 @@ class ActorSink:
         self._max = max_inflight
         self._inflight: list = []
         self._core = core
+        self._next = 0  # seq of the next frame
+        self._acked = -1  # highest seq the receiver has acknowledged
         self.sent_batches = 0
 
-    def _reap(self) -> bool:
-        ready, rest = ray.wait(self._inflight, num_returns=len(self._inflight), timeout=0,
-                               fetch_local=False)
-        if not ready:
-            return False
-        self._inflight = rest
-        try:
-            ray.get(ready)
-        except Exception as e:  # the receiver died or raised: make it visible
-            self._core.errors.report(e, f"send to task {self.dest}")
-        return True
+    def _reap(self) -> None:
+        ready, self._inflight = ray.wait(self._inflight, num_returns=len(self._inflight),
+                                         timeout=0, fetch_local=True)
+        for ref in ready:
+            try:
+                ack = ray.get(ref)
+            except Exception as e:  # the receiver died or raised: make it visible
+                self._core.errors.report(e, f"send to task {self.dest}")
+                continue
+            if isinstance(ack, int) and ack > self._acked:
+                self._acked = ack
+
+    def unacked(self) -> int:
+        """Frames sent to the destination and not yet acknowledged (reaps finished calls)."""
+        if self._inflight and self._next - 1 > self._acked:
+            self._reap()
+        return self._next - 1 - self._acked
 
     def busy(self) -> bool:
-        """True while an earlier batch to this destination is still in flight (non-blocking)."""
-        return bool(self._inflight) and (not self._reap() or bool(self._inflight))
+        """True while an earlier batch to this destination is unacknowledged (non-blocking)."""
+        return self.unacked() > 0
 
     def __call__(self, items: list) -> int:
         if self._remote and self._core.remote_bp.is_backlogged(self.dest):
             self._core.remote_refusals += 1
             return 0
-        if len(self._inflight) >= self._max and not self._reap():
+        if self._next - 1 - self._acked >= self._max and self.unacked() >= self._max:
             return 0
         try:
-            frame = encode_batch(self._src, items)
+            frame = encode_batch(self._src, items, self._next)
         except TypeError:
             frame = self._encode_skipping_bad(items)
         self._inflight.append(self._send(frame))
+        self._next += 1
         self.sent_batches += 1
         return len(items)
 
@@ -94,10 +105,10 @@ class ActorSink:
                 good.append(it)
             except TypeError as e:
                 self._core.errors.report(e, "emit (serialisation)")
-        return encode_batch(self._src, good)
+        return encode_batch(self._src, good, self._next)
 
     def outstanding(self) -> int:
-        return len(self._inflight)
+        return self._next - 1 - self._acked
 
 
 @ray.remote(concurrency_groups={"data": 1, "remote": 1, "control": 1, "wait": 1},
@@ -180,24 +191,25 @@ class ExecutorActor:
             self.core.errors.report(e, "backpressure report")
 
     @ray.method(concurrency_group="remote")
-    def receive_remote(self, frame: bytes) -> bool:
+    def receive_remote(self, frame: bytes) -> int | None:
         """Take a batch from another worker (through the transfer actor); never blocks.
 
         A full receive queue sends it to the overflow queue, and the first such batch
         (or every ``topology.backpressure.resend.size`` overflowed tuples after) is
         reported to the transfer actor, which tells the other workers. Bad frames are
-        counted and dropped as in :meth:`receive`.
+        counted and dropped as in :meth:`receive`. Returns the sender's acknowledgement
+        as :meth:`receive` does.
         """
         core = self.core
         try:
-            src, items = decode_batch(frame, self._max_frame, len(core.streams))
-            report = core.receive_remote_items(src, items)
+            src, seq, items = decode_batch(frame, self._max_frame, len(core.streams))
+            ack, report = core.accept_frame(src, seq, items, remote=True)
         except (FrameError, ValueError) as e:
             self._bad_frame(e)
-            return False
+            return None
         if report is not None:
             self._notify(report)
-        return True
+        return ack
 
     @ray.method(concurrency_group="control")
     def apply_backpressure(self, status: bytes) -> None:
@@ -210,22 +222,24 @@ class ExecutorActor:
         self.core.apply_backpressure(st)
 
     @ray.method(concurrency_group="data")
-    def receive(self, frame: bytes) -> bool:
-        """Decode a batch and insert it into the receive queue; returns once it is all in.
+    def receive(self, frame: bytes) -> int | None:
+        """Decode a batch from an executor of this worker and insert it into the receive
+        queue, in the sender's frame order; blocks while the queue is full.
 
-        A malformed frame, or one for a source this task does not consume, is counted
-        (``bad_frames``), logged at most once per 10 s, and dropped: it never raises.
+        Returns:
+            The sender's cumulative acknowledgement (highest seq fully inserted), or None
+            for a malformed frame or one from a task this task does not consume: those are
+            counted (``bad_frames``), logged at most once per 10 s and dropped; never raises.
         """
         core = self.core
         try:
-            src, items = decode_batch(frame, self._max_frame, len(core.streams))
-            core.receive_items(src, items)
-            return True
+            src, seq, items = decode_batch(frame, self._max_frame, len(core.streams))
+            return core.accept_frame(src, seq, items, remote=False)[0]
         except (FrameError, ValueError) as e:
             self._bad_frame(e)
-            return False
+            return None
         except InterruptedError:
-            return False
+            return None
 
     def _bad_frame(self, e: Exception) -> None:
         core = self.core

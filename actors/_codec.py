@@ -1,7 +1,9 @@
 """The msgpack wire codec for tuple batches (never pickle: a peer must not run code in us).
 
-A frame is ``msgpack([src_task, [[stream_index, values], ...]])``. Values are msgpack's own
-types plus these extension types, so Spark rows survive the trip:
+A frame is ``msgpack([src_task, seq, [[stream_index, values], ...]])``; ``seq`` numbers the
+frames of one (sender, receiver) pair from 0, so the receiver restores their order (Ray does
+not order calls to threaded or asyncio actors) and acknowledges them cumulatively. Values
+are msgpack's own types plus these extension types, so Spark rows survive the trip:
 
 =====  ==========================  ==============================
 code   Python type                 payload
@@ -66,18 +68,19 @@ def _ext_hook(code: int, data: bytes) -> Any:
 _packer_opts = {"default": _default, "use_bin_type": True, "strict_types": False}
 
 
-def encode_batch(src_task: int, items: list) -> bytes:
-    """Serialise one batch of ``(stream_index, values)`` from ``src_task``.
+def encode_batch(src_task: int, items: list, seq: int = 0) -> bytes:
+    """Serialise one batch of ``(stream_index, values)`` from ``src_task``, the ``seq``-th
+    frame from it to its receiver.
 
     Raises:
         TypeError: a value of a type the wire cannot carry (named in the message).
     """
-    return msgpack.packb([src_task, items], **_packer_opts)
+    return msgpack.packb([src_task, seq, items], **_packer_opts)
 
 
 def decode_batch(frame: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 num_streams: int | None = None) -> tuple[int, list]:
-    """Parse a frame into ``(src_task, [[stream_index, values], ...])``.
+                 num_streams: int | None = None) -> tuple[int, int, list]:
+    """Parse a frame into ``(src_task, seq, [[stream_index, values], ...])``.
 
     Args:
         num_streams: when given, a stream index must be below it (or be the end-of-stream
@@ -97,17 +100,17 @@ def decode_batch(frame: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         raise
     except Exception as e:
         raise FrameError(f"undecodable frame ({type(e).__name__}: {e})") from None
-    if (not isinstance(obj, list) or len(obj) != 2 or not isinstance(obj[0], int)
-            or not isinstance(obj[1], list)):
-        raise FrameError("frame is not [src_task, [[stream, values], ...]]")
+    if (not isinstance(obj, list) or len(obj) != 3 or not isinstance(obj[0], int)
+            or not isinstance(obj[1], int) or obj[1] < 0 or not isinstance(obj[2], list)):
+        raise FrameError("frame is not [src_task, seq, [[stream, values], ...]]")
     limit = num_streams if num_streams is not None else 2**63
-    for item in obj[1]:
+    for item in obj[2]:
         if (not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], int)
                 or not (item[1] is None or isinstance(item[1], list))):
             raise FrameError("frame item is not [stream_index, values]")
         if not -1 <= item[0] < limit:
             raise FrameError(f"unknown stream index {item[0]}")
-    return obj[0], obj[1]
+    return obj[0], obj[1], obj[2]
 
 
 # -- worker to worker ------------------------------------------------------------------------

@@ -106,7 +106,7 @@ class ExecutorCore:
     """One task: its component instance, ``JCQueue``, routers, inserters and loop.
 
     Threads: the executor thread runs :meth:`run` (the only caller of user code); receivers
-    call :meth:`receive_items` from any thread; a timer thread inserts FlushTuples.
+    call :meth:`accept_frame` from any thread; a timer thread inserts FlushTuples.
 
     Args:
         topology_name: for logs and the context.
@@ -158,6 +158,10 @@ class ExecutorCore:
         self.remote_bp = RemoteBackPressure()
         self.halt_lags_s: deque = deque(maxlen=1000)
         self.remote_refusals = 0
+        # ordering of incoming frames: src task -> [next expected seq, {seq: early items}]
+        self._inbound: dict[int, list] = {}
+        self.duplicate_frames = 0
+        self.early_frames = 0
         tasks = topology.component_tasks
         self.context = TopologyContext(
             topology_name, self.component_id, task_id,
@@ -304,18 +308,52 @@ class ExecutorCore:
         return ok
 
     # -- receive path (any thread) -------------------------------------------------------
-    def receive_items(self, src_task: int, items: list) -> None:
-        """Insert a decoded batch from ``src_task``; blocks while the queue is full.
+    def accept_frame(self, src_task: int, seq: int, items: list,
+                     remote: bool) -> tuple[int, tuple | None]:
+        """Take the ``seq``-th decoded batch from ``src_task``, in order.
 
-        Stream indices were checked by ``decode_batch(..., num_streams=len(self.streams))``.
+        Ray does not order calls to threaded or asyncio actors, so frames of one
+        (sender, receiver) pair are numbered: a frame that arrives early waits (at most the
+        sender's window, ``topology.transfer.max.inflight.batches``) until the frames before
+        it are in; a duplicate is counted and dropped. ``remote`` frames (from another
+        worker) never block (see :meth:`receive_remote_items`); local ones block while the
+        receive queue is full, which holds the sender's credit.
+
+        Returns:
+            ``(ack, report)``: the highest seq from ``src_task`` now fully inserted (the
+            sender's cumulative acknowledgement), and a backpressure report for the
+            transfer actor or None.
 
         Raises:
-            ValueError: the batch comes from a task this task does not consume from
-                (the caller counts and drops it).
+            ValueError: ``src_task`` is not an upstream task of this task.
+            QueueInterrupted: the executor was stopped while a local insert waited.
         """
-        if src_task not in self.upstream_all and src_task != self.task_id:
-            raise ValueError(f"task {self.task_id} does not consume from task {src_task}")
-        self.queue.publish_all([(src_task, s, v) for s, v in items], lambda: self._stop)
+        st = self._inbound.get(src_task)
+        if st is None:
+            if src_task not in self.upstream_all and src_task != self.task_id:
+                raise ValueError(f"task {self.task_id} does not consume from task {src_task}")
+            st = self._inbound[src_task] = [0, {}]
+        expected, early = st
+        if seq < expected or seq in early:
+            self.duplicate_frames += 1
+            return expected - 1, None
+        if seq > expected:
+            early[seq] = items
+            self.early_frames += 1
+            return expected - 1, None
+        report = None
+        while items is not None:
+            if remote:
+                r = self.receive_remote_items(src_task, items)
+                if report is None:
+                    report = r
+            else:
+                self.queue.publish_all([(src_task, s, v) for s, v in items],
+                                       lambda: self._stop)
+            expected += 1
+            st[0] = expected
+            items = early.pop(expected, None)
+        return expected - 1, report
 
     # -- between workers (receiving side: any thread; sending side: control thread) ------
     def receive_remote_items(self, src_task: int, items: list) -> tuple | None:
@@ -330,12 +368,7 @@ class ExecutorCore:
             A report for the transfer actor, ``(task, backlogged, since, seq, reminder)``,
             when this task just became backlogged or ``topology.backpressure.resend.size``
             more tuples went to its overflow since the last report; else None.
-
-        Raises:
-            ValueError: the batch comes from a task this task does not consume from.
         """
-        if src_task not in self.upstream_all:
-            raise ValueError(f"task {self.task_id} does not consume from task {src_task}")
         q = self.queue
         _, dropped = q.publish_remote([(src_task, s, v) for s, v in items])
         if dropped:
@@ -558,6 +591,7 @@ class ExecutorCore:
             "send_failures": self.send_failures,
             "backpressure_wait_ms": self.backpressure_wait_s * 1000.0,
             "bad_frames": self.bad_frames,
+            "duplicate_frames": self.duplicate_frames, "early_frames": self.early_frames,
             "backlogged": self.bp_tracker.is_backpressured(self.task_id),
             "overflowed_total": self.queue.overflowed_total,
             "bp_reports": self.bp_reports,

@@ -113,15 +113,16 @@ class TransferActor:
             self._send_status_to(handle, encode_status(self.local.status().to_wire()))
 
     # -- data: sending side ---------------------------------------------------------------
-    async def transfer(self, dest_task: int, frame: bytes) -> bool:
+    async def transfer(self, dest_task: int, frame: bytes) -> int | None:
         """Queue one batch for a task of another worker; completes once it has been put
-        into that task's receive or overflow queue (True), or dropped (False: the peer
-        or the executor is gone; acking replays it)."""
+        into that task's receive or overflow queue, with the destination executor's
+        acknowledgement (see ``ExecutorActor.receive``), or None if it was dropped (the
+        peer or the executor is gone; acking replays it)."""
         w = self.task_worker.get(dest_task)
         if w is None or w == self.worker_id or w not in self._peers:
             self.counters["dropped_no_peer"] += 1
             self._log("no_peer", "no connected worker for task %s: batch dropped", dest_task)
-            return False
+            return None
         fut = asyncio.get_running_loop().create_future()
         self._outbox[w].append((dest_task, frame, fut))
         ev = self._wake.get(w)
@@ -146,26 +147,28 @@ class TransferActor:
                     n += 1
                 items, outbox[w] = queued[:n], queued[n:]
                 payload = encode_transfer(self.worker_id, [(t, f) for t, f, _ in items])
-                ok = True
                 try:
-                    ok = await self._peers[w].deliver.remote(payload)
+                    acks = await self._peers[w].deliver.remote(payload)
                 except Exception as e:  # the peer died: Ray restarts it; replay covers it
-                    ok = False
+                    acks = None
                     self.counters["delivery_failures"] += 1
                     self._log("deliver", "delivery to worker %d failed: %s", w, e)
+                if not isinstance(acks, list) or len(acks) != len(items):
+                    acks = [None] * len(items)
                 c = self.counters
                 c["deliveries_sent"] += 1
                 c["frames_sent"] += len(items)
                 c["bytes_sent"] += len(payload)
-                for _, _, fut in items:
+                for (_, _, fut), ack in zip(items, acks, strict=True):
                     if not fut.done():
-                        fut.set_result(bool(ok))
+                        fut.set_result(ack)
 
     # -- data: receiving side -------------------------------------------------------------
-    async def deliver(self, payload: bytes) -> bool:
+    async def deliver(self, payload: bytes) -> list | None:
         """Hand each frame of a delivery to its task's executor; returns once all are in
-        their receive or overflow queues. Bad payloads and frames for tasks this worker
-        does not own are counted and dropped; never raises for bad input."""
+        their receive or overflow queues, with one acknowledgement per frame (None for a
+        dropped one). Bad payloads (None) and frames for tasks this worker does not own
+        are counted and dropped; never raises for bad input."""
         c = self.counters
         try:
             src_worker, frames = decode_transfer(payload, self.max_bytes)
@@ -173,11 +176,12 @@ class TransferActor:
             key = "dropped_oversized" if "exceeds" in str(e) else "dropped_bad_payload"
             c[key] += 1
             self._log(key, "dropped a payload (%s)", e)
-            return False
+            return None
         c["deliveries_received"] += 1
         c["bytes_received"] += len(payload)
-        refs = []
-        for task, frame in frames:
+        acks: list = [None] * len(frames)
+        waiting, where = [], []
+        for i, (task, frame) in enumerate(frames):
             h = self._executors.get(task)
             if h is None:
                 c["dropped_unknown_task"] += 1
@@ -185,14 +189,16 @@ class TransferActor:
                           "dropped", self.worker_id, task, src_worker)
                 continue
             c["frames_received"] += 1
-            refs.append(h.receive_remote.remote(frame))
-        if refs:
-            try:
-                await asyncio.gather(*refs)
-            except Exception as e:  # an executor died: its restart and replay cover it
-                self._log("exec", "an executor failed to take a batch: %s", e)
-                return False
-        return True
+            waiting.append(h.receive_remote.remote(frame))
+            where.append(i)
+        if waiting:
+            results = await asyncio.gather(*waiting, return_exceptions=True)
+            for i, r in zip(where, results, strict=True):
+                if isinstance(r, BaseException):  # an executor died: replay covers it
+                    self._log("exec", "an executor failed to take a batch: %s", r)
+                else:
+                    acks[i] = r
+        return acks
 
     # -- backpressure status --------------------------------------------------------------
     async def task_status(self, task: int, backlogged: bool, since: float, seq: int,

@@ -332,7 +332,8 @@ class JCQueue:
         """Hand queued elements to ``handler``: the receive queue first, then the overflow.
 
         The overflow is consumed only once everything that entered the receive queue before
-        the overflow started has been consumed (the ordering barrier). At most the elements present at entry are consumed from each queue (so a fast
+        the overflow started has been consumed (the ordering barrier). At most the elements
+        present at entry are consumed from each queue (so a fast
         producer cannot keep the consumer here forever), and ``exit_cond()`` returning
         False stops early (Storm's ``ExitCondition.keepRunning``). Never blocks.
 

@@ -92,7 +92,7 @@ class BackPressureStatus:
                 and all(isinstance(t, int) for t in itertools.chain(bp, non_bp))
                 and all(isinstance(s, (int, float)) for s in since)):
             raise ValueError(f"malformed backpressure status: {obj!r:.100}")
-        return cls(wid, tuple(bp), tuple(non_bp), sid, dict(zip(bp, since)))
+        return cls(wid, tuple(bp), tuple(non_bp), sid, dict(zip(bp, since, strict=True)))
 
 
 class _TaskState:

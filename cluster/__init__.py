@@ -15,6 +15,6 @@ from cluster._submit import assign_tasks, submit
 
 __all__ = [
     "JAVA_MISSING", "LocalCluster", "SparkUnavailableError", "TaskStats", "TopologyFailed",
-    "TopologyHandle", "TopologyStats", "WorkerStats", "assign_tasks", "check_java", "java_add_opens",
-    "start_spark", "stop_spark", "submit",
+    "TopologyHandle", "TopologyStats", "WorkerStats", "assign_tasks", "check_java",
+    "java_add_opens", "start_spark", "stop_spark", "submit",
 ]

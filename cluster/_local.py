@@ -21,17 +21,38 @@ class LocalCluster:
     Args:
         address: a Ray address to join (``"auto"`` for a running local cluster); ``None``
             joins the Ray already initialised in this process, or starts an embedded one.
-        **ray_init_kwargs: passed to ``ray.init`` when this object starts Ray.
+        nodes: with ``address=None`` and no Ray running, start this many Ray nodes on this
+            machine (``ray.cluster_utils.Cluster``), each with ``num_cpus`` CPUs, so
+            ``topology.worker.placement = "spread"`` puts workers on different nodes as on
+            a real cluster. 1 (default) starts a plain embedded Ray.
+        **ray_init_kwargs: passed to ``ray.init`` when this object starts Ray (with
+            ``nodes`` > 1 only ``num_cpus`` is used, per node).
 
     Use as a context manager: leaving kills its topologies and stops the Ray it started.
     """
 
-    def __init__(self, address: str | None = None, **ray_init_kwargs: Any) -> None:
+    def __init__(self, address: str | None = None, nodes: int = 1,
+                 **ray_init_kwargs: Any) -> None:
         self._owns_ray = False
+        self._ray_cluster = None
+        if nodes < 1:
+            raise ValueError(f"nodes must be >= 1, got {nodes}")
         if not ray.is_initialized():
-            kwargs = {"include_dashboard": False, "log_to_driver": True, **ray_init_kwargs}
-            ray.init(address=address, **kwargs)
-            self._owns_ray = address is None
+            if nodes > 1 and address is None:
+                from ray.cluster_utils import Cluster
+
+                cpus = ray_init_kwargs.get("num_cpus", 2)
+                self._ray_cluster = Cluster(initialize_head=True, head_node_args={
+                    "num_cpus": cpus, "include_dashboard": False})
+                for _ in range(nodes - 1):
+                    self._ray_cluster.add_node(num_cpus=cpus)
+                self._ray_cluster.wait_for_nodes()
+                ray.init(address=self._ray_cluster.address, log_to_driver=True)
+                self._owns_ray = True
+            else:
+                kwargs = {"include_dashboard": False, "log_to_driver": True, **ray_init_kwargs}
+                ray.init(address=address, **kwargs)
+                self._owns_ray = address is None
         self.topologies: dict[str, TopologyHandle] = {}
 
     def submit_topology(self, name: str, conf: dict | None,
@@ -78,6 +99,9 @@ class LocalCluster:
             self.kill_topology(name)
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
+        if self._ray_cluster is not None:
+            self._ray_cluster.shutdown()
+            self._ray_cluster = None
 
     def __enter__(self) -> LocalCluster:
         return self

@@ -13,13 +13,14 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 @pytest.fixture(scope="session")
 def cluster():
-    """A ``LocalCluster`` on an embedded Ray with 2 CPUs, shared by every Ray test."""
+    """A ``LocalCluster`` of 3 Ray nodes on this machine (2 CPUs each), shared by every Ray
+    test; topologies pack on the driver's node unless they ask to spread."""
     import ray.cloudpickle
 
     from cluster import LocalCluster
 
     ray.cloudpickle.register_pickle_by_value(components)
-    c = LocalCluster(num_cpus=2)
+    c = LocalCluster(nodes=3, num_cpus=2)
     yield c
     c.shutdown()
 

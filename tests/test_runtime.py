@@ -1,5 +1,7 @@
 """Integration tests on a real local Ray: groupings, ordering, end of stream, backpressure,
-errors. One Ray for the session (conftest ``cluster``)."""
+errors. One Ray for the session (conftest ``cluster``); every test runs with 1 worker, with
+2 workers on one node, and with 3 workers spread over 3 nodes (the ``cluster`` fixture
+below)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,36 @@ from tests.components import (
 from topology import CollectorBolt, ConfigError, IterableSpout, TopologyBuilder, TopologyError
 
 pytestmark = pytest.mark.ray
+
+_WORKERS = {"1worker": {"topology.workers": 1},
+            "2workers": {"topology.workers": 2},
+            "3workers-spread": {"topology.workers": 3, "topology.worker.placement": "spread"}}
+
+
+class _WorkersCluster:
+    """The session's LocalCluster, submitting every topology with a given worker layout."""
+
+    def __init__(self, inner, worker_conf: dict) -> None:
+        self.inner = inner
+        self.worker_conf = worker_conf
+        self.workers = worker_conf["topology.workers"]
+        self.topologies = inner.topologies
+
+    def submit_topology(self, name, conf, topology):
+        conf = {**self.worker_conf, **conf} if isinstance(conf, dict) else conf
+        return self.inner.submit_topology(name, conf, topology)
+
+    def run(self, name, conf, topology, timeout=None):
+        return self.inner.run(name, {**self.worker_conf, **conf}, topology, timeout)
+
+    def kill_topology(self, name):
+        self.inner.kill_topology(name)
+
+
+@pytest.fixture(params=list(_WORKERS))
+def cluster(request, cluster):
+    """The session cluster, with this test's worker layout (1, 2 or 3 workers)."""
+    return _WorkersCluster(cluster, _WORKERS[request.param])
 
 
 def _run(cluster, name, builder, conf=None, timeout=120):
@@ -47,7 +79,14 @@ def test_shuffle_fields_all_global(cluster, name):
     for t in stats.tasks:
         topo_tasks[t.component].append(t.task)
 
-    for comp in ("shuffled", "none", "local"):
+    # local_or_shuffle prefers tasks in the sender's worker when there are any
+    where = stats.assignment
+    for task, _, src_task, _, _ in got["local"]:
+        local = [t for t in topo_tasks["local"] if where[t] == where[src_task]]
+        assert not local or task in local, "local_or_shuffle left a worker with a local task"
+    comps = ("shuffled", "none", "local") if cluster.workers == 1 else ("shuffled", "none")
+    assert len(got["local"]) == 4000
+    for comp in comps:
         per_task = collections.Counter(task for task, *_ in got[comp])
         assert sum(per_task.values()) == 4000
         assert set(per_task) == set(topo_tasks[comp]), f"{comp}: some task got nothing"
@@ -128,6 +167,7 @@ def test_slow_bolt_throttles_spout_with_bounded_queues(cluster, name):
     finally:
         cluster.kill_topology(name)
     assert len(samples) >= 3
+    final_assignment = None
     for s in samples:
         for t in s.tasks:
             assert t.queue_population <= cap
@@ -135,12 +175,22 @@ def test_slow_bolt_throttles_spout_with_bounded_queues(cluster, name):
             assert t.pending_emits <= 1
         spout = s.component("src")[0]
         # in transit: the receive queue, at most 2 batches in Ray's call queue, one batch
-        # being filled, one pending emit
-        assert spout.emitted - s.total("slow", "executed") <= cap + 2 * batch + batch + 1 + 1
+        # being filled, one pending emit; from another worker, plus what arrived during the
+        # halt-lag, which waits in the overflow queue
+        assert (spout.emitted - s.total("slow", "executed") - s.total("slow", "overflow")
+                <= cap + 2 * batch + batch + 1 + 1)
+        final_assignment = s.assignment
+    slow_task = handle.topology.component_tasks["slow"][0]
+    src_task = handle.topology.component_tasks["src"][0]
+    remote = final_assignment[slow_task] != final_assignment[src_task]
     spout = final.component("src")[0]
     assert spout.backpressure_wait_ms > 100 and spout.raw["send_failures"] > 0
     assert final.component("slow")[0].insert_failures > 0
     assert sorted(v[0] for *_, v in got) == list(range(n))
+    if remote:  # the spout held because the slow task's worker said it was backlogged
+        assert final.component("slow")[0].overflowed_total > 0
+        assert spout.raw["remote_refusals"] > 0 and len(spout.halt_lags_ms) > 0
+        assert final.component("slow")[0].overflow == 0
 
 
 def test_user_exceptions_reported_and_topology_goes_on(cluster, name):
@@ -189,9 +239,9 @@ def test_malformed_frames_counted_and_dropped(cluster, name):
         sink = handle.actors[handle.topology.component_tasks["sink"][0]]
         import msgpack
         frames = [b"\xc1garbage", msgpack.packb({"not": "a frame"}),
-                  msgpack.packb([999, [[0, [1, "x"]]]]),  # a task that is not upstream
-                  msgpack.packb([2, [[10_000, [1]]]]), b"\x00" * 10]
-        assert ray.get([sink.receive.remote(f) for f in frames]) == [False] * 5
+                  msgpack.packb([999, 0, [[0, [1, "x"]]]]),  # a task that is not upstream
+                  msgpack.packb([2, 0, [[10_000, [1]]]]), b"\x00" * 10]
+        assert ray.get([sink.receive.remote(f) for f in frames]) == [None] * 5
         assert handle.wait(60)
         s = handle.stats()
         assert s.component("sink")[0].bad_frames == 5
