@@ -370,7 +370,12 @@ class ExecutorCore:
             more tuples went to its overflow since the last report; else None.
         """
         q = self.queue
-        _, dropped = q.publish_remote([(src_task, s, v) for s, v in items])
+        elements = [(src_task, s, v) for s, v in items]
+        if elements and elements[-1][1] == EOS_STREAM:  # the end of stream is never dropped
+            _, dropped = q.publish_remote(elements[:-1])
+            q.publish_remote(elements[-1:], droppable=False)
+        else:
+            _, dropped = q.publish_remote(elements)
         if dropped:
             now = time.time()
             if now - self._drop_logged_at >= self.conf["topology.error.throttle.interval.secs"]:

@@ -84,7 +84,7 @@ class TransferActor:
             frames_received=0, bytes_received=0, deliveries_received=0,
             statuses_sent=0, statuses_received=0, stale_statuses=0,
             dropped_unknown_task=0, dropped_bad_payload=0, dropped_oversized=0,
-            dropped_no_peer=0, hellos=0)
+            dropped_no_peer=0, hellos=0, reminders_sent=0)
 
     # -- wiring ---------------------------------------------------------------------------
     async def connect(self, executors: dict, destinations: dict, peers: dict) -> None:
@@ -211,6 +211,8 @@ class TransferActor:
             return
         if changed or (reminder and backlogged):
             status = self.local.status()
+            if not changed:
+                self.counters["reminders_sent"] += 1
             if changed:
                 logger.info("worker %d: backlogged tasks now %s", self.worker_id,
                             list(status.bp_tasks))

@@ -208,7 +208,7 @@ class JCQueue:
             self._arrivals.notify(n)
             return n
 
-    def publish_remote(self, items: list) -> tuple[int, int]:
+    def publish_remote(self, items: list, droppable: bool = True) -> tuple[int, int]:
         """Insert a batch that arrived from another worker; never blocks.
 
         Storm's ``WorkerState.transferLocalBatch`` for one task: elements go to the receive
@@ -216,6 +216,10 @@ class JCQueue:
         the overflow is non-empty (so one upstream's order is kept), go to the overflow
         queue; beyond ``overflow_limit`` (> 0) they are dropped and counted. Storm 2.0
         overflowQ, see seeds/storm2-backpressure-model.txt §2b-c.
+
+        Args:
+            droppable: False for control elements (end of stream), which go to the
+                overflow even at its limit: dropping one would stall the stream, not shed load.
 
         Returns:
             ``(overflowed, dropped)``: how many went to the overflow, how many were dropped.
@@ -238,7 +242,7 @@ class JCQueue:
             if not ov:
                 self._ov_barrier = self._q_in
             take = rest
-            if self.overflow_limit > 0:
+            if self.overflow_limit > 0 and droppable:
                 take = max(0, min(rest, self.overflow_limit - len(ov)))
             if take:
                 ov.extend(islice(items, n, n + take))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from topology import Bolt, Fields, Spout
+from topology import Bolt, CollectorBolt, Fields, Spout
 
 
 class SeqSpout(Spout):
@@ -107,3 +107,24 @@ class DirectSplitter(Bolt):
     def execute(self, tup):
         t = self.targets[tup["seq"] % len(self.targets)]
         self.collector.emit_direct(t, tup.values, stream="direct")
+
+
+class SlowCollector(CollectorBolt):
+    """A ``CollectorBolt`` that sleeps ``delay_s`` per tuple (a slow consumer)."""
+
+    def __init__(self, delay_s: float, max_tuples: int = 1_000_000) -> None:
+        super().__init__(max_tuples)
+        self.delay_s = delay_s
+
+    def execute(self, tup) -> None:
+        time.sleep(self.delay_s)
+        super().execute(tup)
+
+
+class SilentSpout(Spout):
+    """Declares (seq, key) and never emits nor ends: tests inject frames by hand."""
+
+    outputs = ("seq", "key")
+
+    def next_tuple(self):
+        return None
