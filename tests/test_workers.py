@@ -158,7 +158,7 @@ def _frame(seq, start, count):
 
 def test_status_reminders_and_late_connection(cluster, name):
     handle = _injection_topology(name, cluster)
-    ta0, ta1 = handle.transfers[0], handle.transfers[1]
+    ta1 = handle.transfers[1]
     try:
         s = handle.stats()
         assert [w.statuses_sent for w in s.workers] == [0, 0], "no status while none is late"
