@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import sys
 import threading
 import time
 
@@ -128,6 +130,10 @@ class ExecutorActor:
         if not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO,
                                 format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        # The executor thread rarely blocks, so the receive and control threads wait for the
+        # GIL up to the switch interval (5 ms by default) before they can take a batch or a
+        # backpressure status; see benchmarks/halt_lag.py for the effect.
+        sys.setswitchinterval(float(os.environ.get("STORM_ON_RAY_SWITCH_INTERVAL", "0.0005")))
         self.core = ExecutorCore(topology_name, topology, conf, task_id, task_worker)
         self._bad_frame_logged_at = 0.0
         self._max_frame = self.core.conf["topology.transfer.max.frame.bytes"]

@@ -1,16 +1,18 @@
 """``TransferActor``: one per worker; moves batches and backpressure status between workers.
 
 Storm 2.0's ``WorkerTransfer`` + Netty client/server (notes/storm2-internals.md §3,
-seeds/storm2-backpressure-model.txt §2), as an asyncio Ray actor:
+seeds/storm2-backpressure-model.txt §2), as a threaded Ray actor with concurrency groups
+(``status`` never waits behind data). Threads, not asyncio: measured here, a one-way call
+into a threaded actor's group took ~0.5 ms against ~1.3 ms into an asyncio actor, and the
+halt-lag is three such hops (3.2 ms against 4.8 ms idle, benchmarks/halt_lag.py setup):
 
 * **Sending.** An executor hands a batch for a task of another worker to its own worker's
   transfer actor (:meth:`TransferActor.transfer`), as a msgpack frame it will never decode.
   Per destination worker one sender coroutine drains everything queued for that worker
-  into one delivery (Storm's ``TransferDrainer``) and sends it to the peer's
-  :meth:`~TransferActor.deliver`, one delivery in flight per peer (which keeps order). A
-  ``transfer`` call completes once its batch is in the destination task's receive or
-  overflow queue, which returns the executor's credit; nothing waits on the executor
-  thread.
+  into one delivery (Storm's ``TransferDrainer``): one sender thread per peer, one delivery
+  in flight per peer. A ``transfer`` call completes once its batch is in the destination
+  task's receive or overflow queue, returning the executor's acknowledgement (its window
+  credit); nothing waits on the executor thread.
 * **Receiving.** :meth:`~TransferActor.deliver` checks size and shape, then hands each
   frame to its task's executor (``receive_remote``, which never blocks: a full queue sends
   it to the overflow). A frame for a task this worker does not own, an undecodable or an
@@ -27,11 +29,11 @@ Only bytes cross between workers: tuple values are msgpack, never pickle.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
+import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 
 import ray
 
@@ -49,7 +51,13 @@ logger = logging.getLogger("storm_on_ray.transfer")
 _LOG_EVERY_S = 10.0
 
 
-@ray.remote(max_restarts=0)
+#: Threads of the ``transfer`` group: each waits for its batch's delivery. More transfer
+#: calls than this simply queue in Ray (the senders' windows bound them).
+TRANSFER_THREADS = 32
+
+
+@ray.remote(max_restarts=0, concurrency_groups={
+    "transfer": TRANSFER_THREADS, "deliver": 4, "status": 1, "control": 1})
 class TransferActor:
     """The transfer actor of one worker.
 
@@ -75,10 +83,16 @@ class TransferActor:
         self._executors: dict[int, ray.actor.ActorHandle] = {}
         self._destinations: dict[int, frozenset[int]] = {}
         self._peers: dict[int, ray.actor.ActorHandle] = {}
+        self._lock = threading.Lock()  # outboxes, counters
         self._outbox: dict[int, list] = defaultdict(list)
-        self._wake: dict[int, asyncio.Event] = {}
-        self._senders: dict[int, asyncio.Task] = {}
+        self._wake: dict[int, threading.Condition] = {}
+        self._senders: dict[int, threading.Thread] = {}
+        self._stopping = False
         self._logged_at: dict[str, float] = {}
+        # where the halt-lag goes: ms from a backlog's start to its report arriving here
+        # (from a local executor) and to a peer's status naming it arriving here
+        self._report_lags: deque = deque(maxlen=1000)
+        self._status_lags: deque = deque(maxlen=1000)
         self.counters = dict(
             frames_sent=0, bytes_sent=0, deliveries_sent=0, delivery_failures=0,
             frames_received=0, bytes_received=0, deliveries_received=0,
@@ -86,8 +100,13 @@ class TransferActor:
             dropped_unknown_task=0, dropped_bad_payload=0, dropped_oversized=0,
             dropped_no_peer=0, hellos=0, reminders_sent=0)
 
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self.counters[key] += n
+
     # -- wiring ---------------------------------------------------------------------------
-    async def connect(self, executors: dict, destinations: dict, peers: dict) -> None:
+    @ray.method(concurrency_group="control")
+    def connect(self, executors: dict, destinations: dict, peers: dict) -> None:
         """Attach this worker's executors and the other workers' transfer actors.
 
         Args:
@@ -100,163 +119,203 @@ class TransferActor:
         self._executors = dict(executors)
         self._destinations = {t: frozenset(d) for t, d in destinations.items()}
         me = ray.get_runtime_context().current_actor
-        for w, h in peers.items():
-            self._peers[w] = h
-        await asyncio.gather(*(h.hello.remote(self.worker_id, me) for h in peers.values()))
+        self._peers.update(peers)
+        for w in peers:
+            self._start_sender(w)
+        ray.get([h.hello.remote(self.worker_id, me) for h in peers.values()])
 
-    async def hello(self, worker_id: int, handle) -> None:
+    @ray.method(concurrency_group="status")
+    def hello(self, worker_id: int, handle) -> None:
         """A worker connects (or reconnects after a restart): remember it, and send it the
         current status if any task here is backlogged (Storm's ``channelActive``)."""
         self._peers[worker_id] = handle
-        self.counters["hellos"] += 1
+        self._count("hellos")
         if self.local.any_backlogged:
             self._send_status_to(handle, encode_status(self.local.status().to_wire()))
 
     # -- data: sending side ---------------------------------------------------------------
-    async def transfer(self, dest_task: int, frame: bytes) -> int | None:
-        """Queue one batch for a task of another worker; completes once it has been put
+    @ray.method(concurrency_group="transfer")
+    def transfer(self, dest_task: int, frame: bytes) -> int | None:
+        """Queue one batch for a task of another worker; returns once it has been put
         into that task's receive or overflow queue, with the destination executor's
         acknowledgement (see ``ExecutorActor.receive``), or None if it was dropped (the
         peer or the executor is gone; acking replays it)."""
         w = self.task_worker.get(dest_task)
-        if w is None or w == self.worker_id or w not in self._peers:
-            self.counters["dropped_no_peer"] += 1
+        if w is None or w == self.worker_id or w not in self._senders:
+            self._count("dropped_no_peer")
             self._log("no_peer", "no connected worker for task %s: batch dropped", dest_task)
             return None
-        fut = asyncio.get_running_loop().create_future()
-        self._outbox[w].append((dest_task, frame, fut))
-        ev = self._wake.get(w)
-        if ev is None:
-            ev = self._wake[w] = asyncio.Event()
-            self._senders[w] = asyncio.create_task(self._sender(w))
-        ev.set()
-        return await fut
+        slot = [threading.Event(), None]
+        cond = self._wake[w]
+        with cond:
+            self._outbox[w].append((dest_task, frame, slot))
+            cond.notify()
+        slot[0].wait()
+        return slot[1]
 
-    async def _sender(self, w: int) -> None:
-        ev = self._wake[w]
-        outbox = self._outbox
-        while True:
-            await ev.wait()
-            ev.clear()
-            while outbox[w]:
+    def _start_sender(self, w: int) -> None:
+        if w in self._senders:
+            return
+        self._wake[w] = threading.Condition(self._lock)
+        t = threading.Thread(target=self._sender, args=(w,), daemon=True,
+                             name=f"transfer-to-worker-{w}")
+        self._senders[w] = t
+        t.start()
+
+    def _sender(self, w: int) -> None:
+        """One peer's sender thread: drain its outbox into deliveries, one in flight."""
+        cond = self._wake[w]
+        while not self._stopping:
+            with cond:
+                while not self._outbox[w] and not self._stopping:
+                    cond.wait(1.0)
+                queued = self._outbox[w]
                 # everything queued for the worker, within half the receiver's size limit
-                queued, size, n = outbox[w], 0, 0
+                size, n = 0, 0
                 while n < len(queued) and (n == 0 or size + len(queued[n][1]) + 16
                                            <= self.max_bytes // 2):
                     size += len(queued[n][1]) + 16
                     n += 1
-                items, outbox[w] = queued[:n], queued[n:]
-                payload = encode_transfer(self.worker_id, [(t, f) for t, f, _ in items])
-                try:
-                    acks = await self._peers[w].deliver.remote(payload)
-                except Exception as e:  # the peer died: Ray restarts it; replay covers it
-                    acks = None
-                    self.counters["delivery_failures"] += 1
-                    self._log("deliver", "delivery to worker %d failed: %s", w, e)
-                if not isinstance(acks, list) or len(acks) != len(items):
-                    acks = [None] * len(items)
+                items, self._outbox[w] = queued[:n], queued[n:]
+            if not items:
+                continue
+            payload = encode_transfer(self.worker_id, [(t, f) for t, f, _ in items])
+            try:
+                acks = ray.get(self._peers[w].deliver.remote(payload))
+            except Exception as e:  # the peer died: Ray restarts it; replay covers it
+                acks = None
+                self._count("delivery_failures")
+                self._log("deliver", "delivery to worker %d failed: %s", w, e)
+            if not isinstance(acks, list) or len(acks) != len(items):
+                acks = [None] * len(items)
+            with self._lock:
                 c = self.counters
                 c["deliveries_sent"] += 1
                 c["frames_sent"] += len(items)
                 c["bytes_sent"] += len(payload)
-                for (_, _, fut), ack in zip(items, acks, strict=True):
-                    if not fut.done():
-                        fut.set_result(ack)
+            for (_, _, slot), ack in zip(items, acks, strict=True):
+                slot[1] = ack
+                slot[0].set()
 
     # -- data: receiving side -------------------------------------------------------------
-    async def deliver(self, payload: bytes) -> list | None:
+    @ray.method(concurrency_group="deliver")
+    def deliver(self, payload: bytes) -> list | None:
         """Hand each frame of a delivery to its task's executor; returns once all are in
         their receive or overflow queues, with one acknowledgement per frame (None for a
         dropped one). Bad payloads (None) and frames for tasks this worker does not own
         are counted and dropped; never raises for bad input."""
-        c = self.counters
         try:
             src_worker, frames = decode_transfer(payload, self.max_bytes)
         except FrameError as e:
             key = "dropped_oversized" if "exceeds" in str(e) else "dropped_bad_payload"
-            c[key] += 1
+            self._count(key)
             self._log(key, "dropped a payload (%s)", e)
             return None
-        c["deliveries_received"] += 1
-        c["bytes_received"] += len(payload)
         acks: list = [None] * len(frames)
         waiting, where = [], []
+        unknown = 0
         for i, (task, frame) in enumerate(frames):
             h = self._executors.get(task)
             if h is None:
-                c["dropped_unknown_task"] += 1
+                unknown += 1
                 self._log("unknown", "worker %d does not own task %s: frame from worker %s "
                           "dropped", self.worker_id, task, src_worker)
                 continue
-            c["frames_received"] += 1
             waiting.append(h.receive_remote.remote(frame))
             where.append(i)
-        if waiting:
-            results = await asyncio.gather(*waiting, return_exceptions=True)
-            for i, r in zip(where, results, strict=True):
-                if isinstance(r, BaseException):  # an executor died: replay covers it
-                    self._log("exec", "an executor failed to take a batch: %s", r)
-                else:
-                    acks[i] = r
+        with self._lock:
+            c = self.counters
+            c["deliveries_received"] += 1
+            c["bytes_received"] += len(payload)
+            c["frames_received"] += len(waiting)
+            c["dropped_unknown_task"] += unknown
+        for i, ref in zip(where, waiting, strict=True):
+            try:
+                acks[i] = ray.get(ref)
+            except Exception as e:  # an executor died: its restart and replay cover it
+                self._log("exec", "an executor failed to take a batch: %s", e)
         return acks
 
     # -- backpressure status --------------------------------------------------------------
-    async def task_status(self, task: int, backlogged: bool, since: float, seq: int,
-                          reminder: bool) -> None:
+    @ray.method(concurrency_group="status")
+    def task_status(self, task: int, backlogged: bool, since: float, seq: int,
+                    reminder: bool) -> None:
         """An executor reports its task's backpressure transition (or a reminder)."""
+        if backlogged and not reminder and since:
+            self._report_lags.append((time.time() - since) * 1000.0)
         try:
             changed = self.local.update(task, backlogged, since, seq)
         except KeyError:
-            self.counters["dropped_unknown_task"] += 1
+            self._count("dropped_unknown_task")
             return
         if changed or (reminder and backlogged):
             status = self.local.status()
+            wire = encode_status(status.to_wire())
+            for h in list(self._peers.values()):
+                self._send_status_to(h, wire)
             if not changed:
-                self.counters["reminders_sent"] += 1
-            if changed:
+                self._count("reminders_sent")
+            else:
                 logger.info("worker %d: backlogged tasks now %s", self.worker_id,
                             list(status.bp_tasks))
-            wire = encode_status(status.to_wire())
-            for h in self._peers.values():
-                self._send_status_to(h, wire)
 
     def _send_status_to(self, handle, wire: bytes) -> None:
         handle.backpressure_status.remote(wire)
-        self.counters["statuses_sent"] += 1
+        self._count("statuses_sent")
 
-    async def backpressure_status(self, wire: bytes) -> None:
+    @ray.method(concurrency_group="status")
+    def backpressure_status(self, wire: bytes) -> None:
         """Another worker's status: apply it here (for stats) and forward it to the local
         executors that send to any task it names. Malformed or stale ones are dropped."""
-        c = self.counters
         try:
             status = BackPressureStatus.from_wire(decode_status(wire))
         except ValueError as e:
-            c["dropped_bad_payload"] += 1
+            self._count("dropped_bad_payload")
             self._log("status", "dropped a bad status (%s)", e)
             return
-        c["statuses_received"] += 1
-        if self.remote.apply(status) is None:
-            c["stale_statuses"] += 1
+        self._count("statuses_received")
+        res = self.remote.apply(status)
+        if res is None:
+            self._count("stale_statuses")
             return
         named = set(status.bp_tasks) | set(status.non_bp_tasks)
         for t, h in self._executors.items():
             if self._destinations.get(t, frozenset()) & named:
                 h.apply_backpressure.remote(wire)
+        self._status_lags.extend(x * 1000.0 for x in res[1])
 
     # -- control --------------------------------------------------------------------------
-    async def stats(self) -> dict:
+    @ray.method(concurrency_group="control")
+    def stats(self) -> dict:
         """Counters and backpressure view of this worker (plain dict)."""
+        with self._lock:
+            counters = dict(self.counters)
+            outbox = sum(len(v) for v in self._outbox.values())
         return {
             "worker": self.worker_id,
             "node_id": ray.get_runtime_context().get_node_id(),
             "pid": os.getpid(),
             "tasks": sorted(self.local.tasks),
             "peers": sorted(self._peers),
-            "backlogged": {t: s for t, s in self.local.backlogged().items()},
+            "backlogged": self.local.backlogged(),
             "remote_backlogged": self.remote.backlogged(),
-            "outbox_frames": sum(len(v) for v in self._outbox.values()),
-            **self.counters,
+            "outbox_frames": outbox,
+            "report_lags_ms": list(self._report_lags),
+            "status_lags_ms": list(self._status_lags),
+            **counters,
         }
+
+    @ray.method(concurrency_group="control")
+    def shutdown(self) -> None:
+        """Stop the sender threads (pending transfers return None)."""
+        self._stopping = True
+        with self._lock:
+            for cond in self._wake.values():
+                cond.notify_all()
+            pending = [x for v in self._outbox.values() for x in v]
+            self._outbox.clear()
+        for _, _, slot in pending:
+            slot[0].set()
 
     def _log(self, key: str, msg: str, *args) -> None:
         now = time.monotonic()
