@@ -20,11 +20,16 @@ import time
 
 import ray
 
-from actors._codec import FrameError, decode_batch, decode_status, encode_batch
+from actors._codec import FrameError, decode_batch, decode_status, encode_batch, encode_transfer
 from actors._executor import ExecutorCore
 from backpressure import BackPressureStatus
 
 logger = logging.getLogger("storm_on_ray.actor")
+
+
+def _deliver(transfer, src_worker: int, dest_task: int, frame: bytes):
+    """Send one frame to the transfer actor of ``dest_task``'s worker (a one-frame payload)."""
+    return transfer.deliver.remote(encode_transfer(src_worker, [(dest_task, frame)]))
 
 
 class ActorSink:
@@ -41,7 +46,8 @@ class ActorSink:
 
     Args:
         send: ``send(frame) -> ObjectRef``: the receiver's ``receive``, or for a task in
-            another worker ``functools.partial(transfer.transfer.remote, dest)``.
+            another worker, a one-frame delivery to that worker's transfer actor (whose
+            reply is a list of acknowledgements).
         remote: True for a task in another worker: a send to it fails at once while its
             worker's last :class:`BackPressureStatus` names it backlogged.
     """
@@ -71,6 +77,8 @@ class ActorSink:
             except Exception as e:  # the receiver died or raised: make it visible
                 self._core.errors.report(e, f"send to task {self.dest}")
                 continue
+            if isinstance(ack, list):
+                ack = ack[0] if ack else None
             if isinstance(ack, int) and ack > self._acked:
                 self._acked = ack
 
@@ -142,16 +150,22 @@ class ExecutorActor:
         self._bp_thread: threading.Thread | None = None
 
     @ray.method(concurrency_group="control")
-    def connect(self, handles: dict, transfer=None) -> None:
+    def connect(self, handles: dict, transfers: dict | None = None) -> None:
         """Build one sink per destination task: our own queue for ourselves, a direct
-        actor call for a task of this worker, the worker's ``transfer`` actor for a task
-        of another worker.
+        actor call for a task of this worker, the destination worker's transfer actor for a
+        task of another worker.
+
+        Args:
+            handles: task id → executor handle, for every task.
+            transfers: worker index → transfer actor (none for a one-worker topology). This
+                worker's own one receives this task's backpressure reports.
 
         Raises:
-            ValueError: a destination in another worker but no transfer actor given.
+            ValueError: a destination in another worker that has no transfer actor.
         """
         core = self.core
-        self._transfer = transfer
+        transfers = transfers or {}
+        self._transfer = transfers.get(core.worker)
         worker_of = core.task_worker
         inflight = core.conf["topology.transfer.max.inflight.batches"]
         sinks = {}
@@ -159,14 +173,15 @@ class ExecutorActor:
             if t == core.task_id:
                 sinks[t] = core.local_sink()
                 continue
-            if worker_of.get(t, 0) == core.worker:
+            w = worker_of.get(t, 0)
+            if w == core.worker:
                 s = ActorSink(handles[t].receive.remote, core.task_id, t, inflight, core)
             else:
-                if transfer is None:
-                    raise ValueError(f"task {core.task_id}: task {t} is in another worker "
-                                     f"but no transfer actor was given")
-                s = ActorSink(functools.partial(transfer.transfer.remote, t), core.task_id,
-                              t, inflight, core, remote=True)
+                if w not in transfers:
+                    raise ValueError(f"task {core.task_id}: task {t} is in worker {w}, which "
+                                     f"has no transfer actor")
+                s = ActorSink(functools.partial(_deliver, transfers[w], core.worker, t),
+                              core.task_id, t, inflight, core, remote=True)
             self._sinks.append(s)
             sinks[t] = s
         core.connect(sinks)

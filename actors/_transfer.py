@@ -6,13 +6,17 @@ seeds/storm2-backpressure-model.txt §2), as a threaded Ray actor with concurren
 into a threaded actor's group took ~0.5 ms against ~1.3 ms into an asyncio actor, and the
 halt-lag is three such hops (3.2 ms against 4.8 ms idle, benchmarks/halt_lag.py setup):
 
-* **Sending.** An executor hands a batch for a task of another worker to its own worker's
-  transfer actor (:meth:`TransferActor.transfer`), as a msgpack frame it will never decode.
-  Per destination worker one sender coroutine drains everything queued for that worker
-  into one delivery (Storm's ``TransferDrainer``): one sender thread per peer, one delivery
-  in flight per peer. A ``transfer`` call completes once its batch is in the destination
-  task's receive or overflow queue, returning the executor's acknowledgement (its window
-  credit); nothing waits on the executor thread.
+* **Sending.** An executor sends a batch for a task of another worker, as a msgpack frame,
+  straight to that worker's transfer actor (:meth:`TransferActor.deliver`), wrapped in the
+  worker-to-worker payload that can group several frames for one worker. The call returns
+  once the batch is in the destination task's receive or overflow queue, with that
+  executor's acknowledgement (the sender's window credit); nothing waits on the executor
+  thread. Measured (benchmarks/throughput.py, two workers on one host): routing data
+  through the *sending* worker's transfer actor too, as Storm's ``WorkerTransfer`` does,
+  costs a third Ray call per batch and ran the pipeline at 0.51-0.65 of one worker against
+  0.74-0.83 without that hop; a Ray actor can call any other directly, so that hop only
+  copied bytes. The sending worker's transfer actor keeps the control plane: it receives
+  the other workers' statuses and passes them to its executors.
 * **Receiving.** :meth:`~TransferActor.deliver` checks size and shape, then hands each
   frame to its task's executor (``receive_remote``, which never blocks: a full queue sends
   it to the overflow). A frame for a task this worker does not own, an undecodable or an
@@ -33,7 +37,7 @@ import logging
 import os
 import threading
 import time
-from collections import defaultdict, deque
+from collections import deque
 
 import ray
 
@@ -42,7 +46,6 @@ from actors._codec import (
     decode_status,
     decode_transfer,
     encode_status,
-    encode_transfer,
 )
 from backpressure import BackPressureStatus, RemoteBackPressure, WorkerBackPressure
 
@@ -51,13 +54,7 @@ logger = logging.getLogger("storm_on_ray.transfer")
 _LOG_EVERY_S = 10.0
 
 
-#: Threads of the ``transfer`` group: each waits for its batch's delivery. More transfer
-#: calls than this simply queue in Ray (the senders' windows bound them).
-TRANSFER_THREADS = 32
-
-
-@ray.remote(max_restarts=0, concurrency_groups={
-    "transfer": TRANSFER_THREADS, "deliver": 4, "status": 1, "control": 1})
+@ray.remote(max_restarts=0, concurrency_groups={"deliver": 8, "status": 1, "control": 1})
 class TransferActor:
     """The transfer actor of one worker.
 
@@ -83,18 +80,13 @@ class TransferActor:
         self._executors: dict[int, ray.actor.ActorHandle] = {}
         self._destinations: dict[int, frozenset[int]] = {}
         self._peers: dict[int, ray.actor.ActorHandle] = {}
-        self._lock = threading.Lock()  # outboxes, counters
-        self._outbox: dict[int, list] = defaultdict(list)
-        self._wake: dict[int, threading.Condition] = {}
-        self._senders: dict[int, threading.Thread] = {}
-        self._stopping = False
+        self._lock = threading.Lock()  # counters
         self._logged_at: dict[str, float] = {}
         # where the halt-lag goes: ms from a backlog's start to its report arriving here
         # (from a local executor) and to a peer's status naming it arriving here
         self._report_lags: deque = deque(maxlen=1000)
         self._status_lags: deque = deque(maxlen=1000)
         self.counters = dict(
-            frames_sent=0, bytes_sent=0, deliveries_sent=0, delivery_failures=0,
             frames_received=0, bytes_received=0, deliveries_received=0,
             statuses_sent=0, statuses_received=0, stale_statuses=0,
             dropped_unknown_task=0, dropped_bad_payload=0, dropped_oversized=0,
@@ -120,8 +112,6 @@ class TransferActor:
         self._destinations = {t: frozenset(d) for t, d in destinations.items()}
         me = ray.get_runtime_context().current_actor
         self._peers.update(peers)
-        for w in peers:
-            self._start_sender(w)
         ray.get([h.hello.remote(self.worker_id, me) for h in peers.values()])
 
     @ray.method(concurrency_group="status")
@@ -132,70 +122,6 @@ class TransferActor:
         self._count("hellos")
         if self.local.any_backlogged:
             self._send_status_to(handle, encode_status(self.local.status().to_wire()))
-
-    # -- data: sending side ---------------------------------------------------------------
-    @ray.method(concurrency_group="transfer")
-    def transfer(self, dest_task: int, frame: bytes) -> int | None:
-        """Queue one batch for a task of another worker; returns once it has been put
-        into that task's receive or overflow queue, with the destination executor's
-        acknowledgement (see ``ExecutorActor.receive``), or None if it was dropped (the
-        peer or the executor is gone; acking replays it)."""
-        w = self.task_worker.get(dest_task)
-        if w is None or w == self.worker_id or w not in self._senders:
-            self._count("dropped_no_peer")
-            self._log("no_peer", "no connected worker for task %s: batch dropped", dest_task)
-            return None
-        slot = [threading.Event(), None]
-        cond = self._wake[w]
-        with cond:
-            self._outbox[w].append((dest_task, frame, slot))
-            cond.notify()
-        slot[0].wait()
-        return slot[1]
-
-    def _start_sender(self, w: int) -> None:
-        if w in self._senders:
-            return
-        self._wake[w] = threading.Condition(self._lock)
-        t = threading.Thread(target=self._sender, args=(w,), daemon=True,
-                             name=f"transfer-to-worker-{w}")
-        self._senders[w] = t
-        t.start()
-
-    def _sender(self, w: int) -> None:
-        """One peer's sender thread: drain its outbox into deliveries, one in flight."""
-        cond = self._wake[w]
-        while not self._stopping:
-            with cond:
-                while not self._outbox[w] and not self._stopping:
-                    cond.wait(1.0)
-                queued = self._outbox[w]
-                # everything queued for the worker, within half the receiver's size limit
-                size, n = 0, 0
-                while n < len(queued) and (n == 0 or size + len(queued[n][1]) + 16
-                                           <= self.max_bytes // 2):
-                    size += len(queued[n][1]) + 16
-                    n += 1
-                items, self._outbox[w] = queued[:n], queued[n:]
-            if not items:
-                continue
-            payload = encode_transfer(self.worker_id, [(t, f) for t, f, _ in items])
-            try:
-                acks = ray.get(self._peers[w].deliver.remote(payload))
-            except Exception as e:  # the peer died: Ray restarts it; replay covers it
-                acks = None
-                self._count("delivery_failures")
-                self._log("deliver", "delivery to worker %d failed: %s", w, e)
-            if not isinstance(acks, list) or len(acks) != len(items):
-                acks = [None] * len(items)
-            with self._lock:
-                c = self.counters
-                c["deliveries_sent"] += 1
-                c["frames_sent"] += len(items)
-                c["bytes_sent"] += len(payload)
-            for (_, _, slot), ack in zip(items, acks, strict=True):
-                slot[1] = ack
-                slot[0].set()
 
     # -- data: receiving side -------------------------------------------------------------
     @ray.method(concurrency_group="deliver")
@@ -229,11 +155,17 @@ class TransferActor:
             c["bytes_received"] += len(payload)
             c["frames_received"] += len(waiting)
             c["dropped_unknown_task"] += unknown
-        for i, ref in zip(where, waiting, strict=True):
-            try:
-                acks[i] = ray.get(ref)
-            except Exception as e:  # an executor died: its restart and replay cover it
-                self._log("exec", "an executor failed to take a batch: %s", e)
+        if not waiting:
+            return acks
+        try:
+            for i, ack in zip(where, ray.get(waiting), strict=True):
+                acks[i] = ack
+        except Exception:  # an executor died: its restart and replay cover it
+            for i, ref in zip(where, waiting, strict=True):
+                try:
+                    acks[i] = ray.get(ref)
+                except Exception as e:
+                    self._log("exec", "an executor failed to take a batch: %s", e)
         return acks
 
     # -- backpressure status --------------------------------------------------------------
@@ -290,7 +222,6 @@ class TransferActor:
         """Counters and backpressure view of this worker (plain dict)."""
         with self._lock:
             counters = dict(self.counters)
-            outbox = sum(len(v) for v in self._outbox.values())
         return {
             "worker": self.worker_id,
             "node_id": ray.get_runtime_context().get_node_id(),
@@ -299,23 +230,10 @@ class TransferActor:
             "peers": sorted(self._peers),
             "backlogged": self.local.backlogged(),
             "remote_backlogged": self.remote.backlogged(),
-            "outbox_frames": outbox,
             "report_lags_ms": list(self._report_lags),
             "status_lags_ms": list(self._status_lags),
             **counters,
         }
-
-    @ray.method(concurrency_group="control")
-    def shutdown(self) -> None:
-        """Stop the sender threads (pending transfers return None)."""
-        self._stopping = True
-        with self._lock:
-            for cond in self._wake.values():
-                cond.notify_all()
-            pending = [x for v in self._outbox.values() for x in v]
-            self._outbox.clear()
-        for _, _, slot in pending:
-            slot[0].set()
 
     def _log(self, key: str, msg: str, *args) -> None:
         now = time.monotonic()

@@ -82,7 +82,8 @@ class WorkerStats:
         worker: the worker index. node_id: the Ray node it runs on. tasks: its task ids.
         backlogged: its backlogged tasks now → since (epoch s).
         remote_backlogged: tasks of other workers it knows to be backlogged.
-        frames_sent / frames_received: batches to / from other workers.
+        frames_received / deliveries_received: batches (and calls carrying them) from
+            executors of other workers.
         statuses_sent / statuses_received: BackPressureStatus messages.
         dropped_unknown_task / dropped_bad_payload / dropped_oversized: dropped input.
         counters: every counter, by name.
@@ -93,8 +94,8 @@ class WorkerStats:
     tasks: list[int]
     backlogged: dict[int, float]
     remote_backlogged: list[int]
-    frames_sent: int
     frames_received: int
+    deliveries_received: int
     statuses_sent: int
     statuses_received: int
     dropped_unknown_task: int
@@ -106,7 +107,8 @@ class WorkerStats:
     def from_dict(cls, d: dict) -> WorkerStats:
         return cls(worker=d["worker"], node_id=d["node_id"], tasks=d["tasks"],
                    backlogged=d["backlogged"], remote_backlogged=d["remote_backlogged"],
-                   frames_sent=d["frames_sent"], frames_received=d["frames_received"],
+                   frames_received=d["frames_received"],
+                   deliveries_received=d["deliveries_received"],
                    statuses_sent=d["statuses_sent"], statuses_received=d["statuses_received"],
                    dropped_unknown_task=d["dropped_unknown_task"],
                    dropped_bad_payload=d["dropped_bad_payload"],
@@ -169,8 +171,8 @@ class TopologyStats:
                          f"{sum(t.error_count for t in ts):>8}")
         for w in self.workers:
             lines.append(f"worker {w.worker} (node {w.node_id[:8]}): tasks {w.tasks}, "
-                         f"backlogged {sorted(w.backlogged)}, frames out/in "
-                         f"{w.frames_sent}/{w.frames_received}, statuses out/in "
+                         f"backlogged {sorted(w.backlogged)}, frames in "
+                         f"{w.frames_received}, statuses out/in "
                          f"{w.statuses_sent}/{w.statuses_received}")
         p50 = self.halt_lag_ms(0.5)
         if p50 is not None:

@@ -95,8 +95,7 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
                 {t: topology.downstream_tasks(topology.task_component(t)) for t in tasks_of[w]},
                 {v: h for v, h in transfers.items() if v != w})
                 for w, ta in transfers.items()])
-        ray.get([a.connect.remote(actors, transfers.get(task_worker[t]))
-                 for t, a in actors.items()])
+        ray.get([a.connect.remote(actors, transfers) for a in actors.values()])
         ray.get([a.start.remote() for a in actors.values()])
     except Exception:
         handle.kill()

@@ -47,7 +47,7 @@ def test_workers_spread_over_nodes_and_assignment_in_stats(cluster, name):
             assert all(t.worker == s.assignment[t.task] for t in s.tasks)
             assert sorted(t for w in s.workers for t in w.tasks) == sorted(s.assignment)
             assert len(handle.collected("sink")) == 9000
-            assert sum(w.frames_sent for w in s.workers) > 0
+            assert sum(w.frames_received for w in s.workers) > 0
         finally:
             cluster.kill_topology(f"{name}-{placement}")
 
