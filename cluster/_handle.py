@@ -99,8 +99,7 @@ class TopologyHandle:
             return
         self._killed = True
         try:
-            ray.get([a.shutdown.remote() for a in self.actors.values()]
-                    + [t.shutdown.remote() for t in self.transfers.values()], timeout=30)
+            ray.get([a.shutdown.remote() for a in self.actors.values()], timeout=30)
         except Exception as e:  # dying actors: we kill them anyway
             logger.warning("topology %r: shutdown: %s", self.name, e)
         for a in list(self.actors.values()) + list(self.transfers.values()):
