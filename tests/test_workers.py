@@ -90,7 +90,7 @@ def test_slow_task_holds_only_its_senders(cluster, name):
         assert not s.workers[0].backlogged
     assert t[1].raw["remote_refusals"] == 0 and t[1].pending_emits == 0
     # the fast pair ran far faster than the throttled one in the same window
-    assert t[1].emitted == n_fast and t[1].emitted >= 10 * t[3].emitted
+    assert t[1].emitted == n_fast and t[1].emitted >= 3 * t[3].emitted
     # the throttled spout's fast bolts took everything sent to them
     assert t[6].overflowed_total == 0 and not t[6].backlogged and t[5].queue_population < 256
 
