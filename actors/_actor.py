@@ -284,6 +284,13 @@ class ExecutorActor:
         return list(getattr(self.core.obj, "received", []))
 
     @ray.method(concurrency_group="control")
+    def task_state(self, attr: str):
+        """The value of attribute ``attr`` of this task's spout or bolt object (None if it
+        has none): introspection for tests and notebooks, e.g. a spout's acked ids."""
+        v = getattr(self.core.obj, attr, None)
+        return list(v) if isinstance(v, (list, tuple, set, frozenset)) else v
+
+    @ray.method(concurrency_group="control")
     def pid(self) -> int:
         import os
         return os.getpid()

@@ -1,6 +1,7 @@
 """The msgpack wire codec for tuple batches (never pickle: a peer must not run code in us).
 
-A frame is ``msgpack([src_task, seq, [[stream_index, values], ...]])``; ``seq`` numbers the
+A frame is ``msgpack([src_task, seq, [[stream_index, values(, anchors)], ...]])``, where
+``anchors`` (acking only) is ``[[root_id, edge_xor], ...]``; ``seq`` numbers the
 frames of one (sender, receiver) pair from 0, so the receiver restores their order (Ray does
 not order calls to threaded or asyncio actors) and acknowledges them cumulatively. Values
 are msgpack's own types plus these extension types, so Spark rows survive the trip:
@@ -27,6 +28,10 @@ from typing import Any
 import msgpack
 
 _EXT_DATETIME, _EXT_DATE, _EXT_DECIMAL, _EXT_TIME = 1, 2, 3, 4
+
+#: The lowest stream index on the wire: negative indices are system streams (end of
+#: stream -1; the acking streams -2 to -8, see actors/_executor.py).
+MIN_STREAM_INDEX = -8
 
 #: Default cap on one frame, in bytes (64 MiB).
 DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -105,10 +110,12 @@ def decode_batch(frame: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         raise FrameError("frame is not [src_task, seq, [[stream, values], ...]]")
     limit = num_streams if num_streams is not None else 2**63
     for item in obj[2]:
-        if (not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], int)
-                or not (item[1] is None or isinstance(item[1], list))):
-            raise FrameError("frame item is not [stream_index, values]")
-        if not -1 <= item[0] < limit:
+        if (not isinstance(item, list) or not 2 <= len(item) <= 3
+                or not isinstance(item[0], int)
+                or not (item[1] is None or isinstance(item[1], list))
+                or (len(item) == 3 and not isinstance(item[2], list))):
+            raise FrameError("frame item is not [stream_index, values(, anchors)]")
+        if not MIN_STREAM_INDEX <= item[0] < limit:
             raise FrameError(f"unknown stream index {item[0]}")
     return obj[0], obj[1], obj[2]
 

@@ -23,6 +23,8 @@ Data path (seeds/storm2-messaging-redesign.txt, notes/storm2-internals.md §2-4)
 from __future__ import annotations
 
 import logging
+import os
+import random
 import threading
 import time
 from collections import deque
@@ -40,6 +42,7 @@ from backpressure import (
     make_wait_strategy,
 )
 from topology import (
+    ACKER_ID,
     DEFAULT_STREAM,
     EmitError,
     OutputCollector,
@@ -58,6 +61,10 @@ FLUSH = ("__flush__",)
 #: Wire stream index of the end-of-stream marker.
 EOS_STREAM = -1
 _EOS_MSG = (EOS_STREAM, None)
+# Acking system streams (Storm's __ack_init/__ack_ack/__ack_fail/__ack_reset_timeout to the
+# acker, and the acker's direct streams back to the spout); values are lists of ints.
+ACK_INIT, ACK_ACK, ACK_FAIL, ACK_RESET = -2, -3, -4, -5  # to the acker
+ACKER_ACKED, ACKER_FAILED, ACKER_RESET = -6, -7, -8  # acker to spout
 
 Sink = Callable[[list], int]
 
@@ -69,11 +76,16 @@ class _SpoutCollector(SpoutOutputCollector):
         self._core = core
 
     def emit(self, values, stream: str = DEFAULT_STREAM, msg_id: Any = None) -> list[int]:
-        return self._core.emit(values, stream)
+        if msg_id is None:
+            return self._core.emit(values, stream)
+        return self._core.spout_emit(values, stream, msg_id, None)
 
     def emit_direct(self, task: int, values, stream: str = DEFAULT_STREAM,
                     msg_id: Any = None) -> None:
-        self._core.emit_direct(task, values, stream)
+        if msg_id is None:
+            self._core.emit_direct(task, values, stream)
+        else:
+            self._core.spout_emit(values, stream, msg_id, task)
 
     def report_error(self, exc: BaseException) -> None:
         self._core.errors.report(exc, "report_error")
@@ -86,17 +98,20 @@ class _BoltCollector(OutputCollector):
         self._core = core
 
     def emit(self, values, stream: str = DEFAULT_STREAM, anchors=None) -> list[int]:
-        return self._core.emit(values, stream)
+        return self._core.bolt_emit(values, stream, anchors, None)
 
     def emit_direct(self, task: int, values, stream: str = DEFAULT_STREAM,
                     anchors=None) -> None:
-        self._core.emit_direct(task, values, stream)
+        self._core.bolt_emit(values, stream, anchors, task)
 
     def ack(self, tup: Tuple) -> None:
-        self._core.acked += 1
+        self._core.ack_tuple(tup)
 
     def fail(self, tup: Tuple) -> None:
-        self._core.failed += 1
+        self._core.fail_tuple(tup)
+
+    def reset_timeout(self, tup: Tuple) -> None:
+        self._core.reset_tuple_timeout(tup)
 
     def report_error(self, exc: BaseException) -> None:
         self._core.errors.report(exc, "report_error")
@@ -169,6 +184,24 @@ class ExecutorCore:
             {k: list(v) for k, v in tasks.items()}, task_worker.get(task_id, 0),
             {(g.source, g.stream): topology.components[g.source].streams[g.stream]
              for g in spec.inputs})
+        # acking (Storm's algorithm, notes/storm2-internals.md §5)
+        self.ackers = tuple(topology.acker_tasks)
+        self.is_acker = self.component_id == ACKER_ID
+        self.auto_ack = bool(getattr(self.obj, "auto_ack", True))
+        self._rand = random.Random(int.from_bytes(os.urandom(8), "little"))
+        self.timeout_s = float(c["topology.message.timeout.secs"])
+        self.max_spout_pending = c["topology.max.spout.pending"]
+        #: spout: root id -> [msg_id, emit or reset time (monotonic s)], oldest first
+        self.pending_tuples: dict[int, list] = {}
+        self._acks_due: list = []  # msg ids to ack at once (no ackers)
+        self._fails_since_exhausted = False
+        self._next_timeout_check = 0.0
+        #: acker: root id -> [xor value, spout task (-1 until init), start time, failed]
+        self._tree: dict[int, list] = {}
+        self._current: Tuple | None = None  # the input being executed (auto-anchoring)
+        self.timeouts = 0
+        self.unknown_acks = 0
+        self.complete_latencies_ms: deque = deque(maxlen=1000)
         self.errors = ErrorReporter(self.component_id, task_id,
                                     c["topology.error.throttle.interval.secs"],
                                     c["topology.max.error.report.per.interval"])
@@ -203,7 +236,7 @@ class ExecutorCore:
     def make_queue_sink(queue: JCQueue, src_task: int) -> Sink:
         """A sink into ``queue`` in this process, tagging elements with ``src_task``."""
         def sink(items: list) -> int:
-            return queue.try_fill([(src_task, s, v) for s, v in items])
+            return queue.try_fill([(src_task, *it) for it in items])
         return sink
 
     def connect(self, sinks: dict[int, Sink]) -> None:
@@ -307,6 +340,188 @@ class ExecutorCore:
                 ok = False
         return ok
 
+    # -- acking (executor thread only) ----------------------------------------------------
+    def _edge_id(self) -> int:
+        return self._rand.getrandbits(63) or 1
+
+    def _to_acker(self, stream: int, values: list) -> None:
+        acks = self.ackers
+        self._transfer(acks[values[0] % len(acks)], (stream, values))
+
+    def spout_emit(self, values, stream: str, msg_id: Any, direct_task: int | None) -> list[int]:
+        """A spout emit with a ``msg_id``: tracked by the ackers (acked at once without).
+
+        Each target gets its own random 63-bit edge id; the acker receives the XOR of all of
+        them with the spout's task id (Storm's ``__ack_init``). The emit counts toward
+        ``topology.max.spout.pending`` until acked, failed or timed out.
+        """
+        r = self._router(values, stream)
+        if direct_task is None:
+            targets = r.route(values)
+        else:
+            r.check_direct(direct_task)
+            targets = [direct_task]
+        self.emitted += 1
+        if not self.ackers:
+            for t in targets:
+                self._transfer(t, (r.index, values))
+            self._acks_due.append(msg_id)
+            return targets
+        root = self._edge_id()
+        xor = 0
+        for t in targets:
+            e = self._edge_id()
+            xor ^= e
+            self._transfer(t, (r.index, values, [[root, e]]))
+        self.pending_tuples[root] = [msg_id, time.monotonic()]
+        self._to_acker(ACK_INIT, [root, xor, self.task_id])
+        return targets
+
+    def bolt_emit(self, values, stream: str, anchors, direct_task: int | None) -> list[int]:
+        """A bolt emit, anchored to ``anchors`` (a tuple or a list of tuples); with
+        ``auto_ack`` and no anchors given, anchored to the input being executed."""
+        r = self._router(values, stream)
+        if direct_task is None:
+            targets = r.route(values)
+        else:
+            r.check_direct(direct_task)
+            targets = [direct_task]
+        self.emitted += 1
+        if anchors is None:
+            cur = self._current
+            tracked = [cur] if (self.auto_ack and cur is not None and cur.anchors) else ()
+        else:
+            if isinstance(anchors, Tuple):
+                anchors = (anchors,)
+            tracked = [a for a in anchors if a is not None and a.anchors]
+        if not tracked or not self.ackers:
+            msg = (r.index, values)
+            for t in targets:
+                self._transfer(t, msg)
+            return targets
+        for t in targets:
+            child: dict[int, int] = {}
+            for a in tracked:
+                e = self._edge_id()
+                a.ack_val ^= e
+                for root in a.anchors:
+                    child[root] = child.get(root, 0) ^ e
+            self._transfer(t, (r.index, values, [[k, v] for k, v in child.items()]))
+        return targets
+
+    def ack_tuple(self, tup: Tuple) -> None:
+        """Storm's ``ack``: each root of ``tup`` gets ``edge ^ ack_val`` (``__ack_ack``)."""
+        if tup.done:
+            return
+        tup.done = True
+        self.acked += 1
+        if tup.anchors and self.ackers:
+            for root, edge in tup.anchors.items():
+                self._to_acker(ACK_ACK, [root, edge ^ tup.ack_val])
+
+    def fail_tuple(self, tup: Tuple) -> None:
+        """Storm's ``fail``: every root of ``tup`` fails now (``__ack_fail``)."""
+        if tup.done:
+            return
+        tup.done = True
+        self.failed += 1
+        if tup.anchors and self.ackers:
+            for root in tup.anchors:
+                self._to_acker(ACK_FAIL, [root])
+
+    def reset_tuple_timeout(self, tup: Tuple) -> None:
+        """Storm's ``resetTimeout`` (``__ack_reset_timeout``)."""
+        if tup.anchors and self.ackers:
+            for root in tup.anchors:
+                self._to_acker(ACK_RESET, [root])
+
+    def _system(self, src: int, s: int, values: list) -> None:
+        """A system-stream message: acking, as the acker or as a spout."""
+        if self.is_acker:
+            self._acker(s, values)
+            return
+        if not self.is_spout or not isinstance(values, list) or not values:
+            return
+        entry = self.pending_tuples.pop(values[0], None)
+        if entry is None:
+            if s == ACKER_RESET:
+                return
+            self.unknown_acks += 1
+            return
+        if s == ACKER_RESET:
+            entry[1] = time.monotonic()
+            self.pending_tuples[values[0]] = entry  # re-inserted: now the newest
+            return
+        if s == ACKER_ACKED:
+            self.acked += 1
+            self.complete_latencies_ms.append((time.monotonic() - entry[1]) * 1000.0)
+            self._user_ack(entry[0])
+        else:
+            self.failed += 1
+            self._user_fail(entry[0])
+
+    def _acker(self, s: int, values: list) -> None:
+        """Storm's ``Acker.execute``: XOR per root; a root completes at 0 or on a fail."""
+        root = values[0]
+        tree = self._tree
+        e = tree.get(root)
+        if e is None:
+            if s == ACK_RESET:
+                return
+            e = tree[root] = [0, -1, time.monotonic(), False]
+        if s == ACK_INIT:
+            e[0] ^= values[1]
+            e[1] = values[2]
+        elif s == ACK_ACK:
+            e[0] ^= values[1]
+        elif s == ACK_FAIL:
+            e[3] = True
+        elif s == ACK_RESET:
+            e[2] = time.monotonic()
+            if e[1] >= 0:
+                self._transfer(e[1], (ACKER_RESET, [root]))
+            return
+        if e[1] >= 0 and (e[0] == 0 or e[3]):
+            del tree[root]
+            self.acked += not e[3]
+            self.failed += e[3]
+            self._transfer(e[1], (ACKER_FAILED, [root]) if e[3] else
+                           (ACKER_ACKED, [root, int((time.monotonic() - e[2]) * 1000)]))
+
+    def _expire(self, now: float) -> None:
+        """Time out what waited longer than ``topology.message.timeout.secs``: the spout
+        fails its pending tuples (Storm's "TIMEOUT"); the acker forgets their trees."""
+        if self.timeout_s <= 0:
+            return
+        limit = now - self.timeout_s
+        if self.is_acker:
+            # entries are not reordered on reset; scan all (bounded by pending tuples)
+            for root in [r for r, e in self._tree.items() if e[2] < limit]:
+                del self._tree[root]
+            return
+        p = self.pending_tuples
+        while p:
+            root, entry = next(iter(p.items()))
+            if entry[1] >= limit:
+                break
+            del p[root]
+            self.timeouts += 1
+            self.failed += 1
+            self._user_fail(entry[0])
+
+    def _user_ack(self, msg_id: Any) -> None:
+        try:
+            self.obj.ack(msg_id)
+        except Exception as e:
+            self.errors.report(e, "ack")
+
+    def _user_fail(self, msg_id: Any) -> None:
+        self._fails_since_exhausted = True
+        try:
+            self.obj.fail(msg_id)
+        except Exception as e:
+            self.errors.report(e, "fail")
+
     # -- receive path (any thread) -------------------------------------------------------
     def accept_frame(self, src_task: int, seq: int, items: list,
                      remote: bool) -> tuple[int, tuple | None]:
@@ -348,7 +563,7 @@ class ExecutorCore:
                 if report is None:
                     report = r
             else:
-                self.queue.publish_all([(src_task, s, v) for s, v in items],
+                self.queue.publish_all([(src_task, *it) for it in items],
                                        lambda: self._stop)
             expected += 1
             st[0] = expected
@@ -370,7 +585,7 @@ class ExecutorCore:
             more tuples went to its overflow since the last report; else None.
         """
         q = self.queue
-        elements = [(src_task, s, v) for s, v in items]
+        elements = [(src_task, *it) for it in items]
         if elements and elements[-1][1] == EOS_STREAM:  # the end of stream is never dropped
             _, dropped = q.publish_remote(elements[:-1])
             q.publish_remote(elements[-1:], droppable=False)
@@ -429,17 +644,32 @@ class ExecutorCore:
             self._flush_queued = False
             self.try_flush_batches(nagle=True)
             return
-        src, s, values = el
+        src, s, values = el[0], el[1], el[2]
         if s < 0:
-            self.upstream_open.discard(src)
+            if s == EOS_STREAM:
+                self.upstream_open.discard(src)
+            else:
+                self._system(src, s, values)
             return
         if self.is_spout:
             return
         comp, sid, fields = self.streams[s]
+        tup = Tuple(values, fields, comp, src, sid,
+                    {r: v for r, v in el[3]} if len(el) > 3 else None)
+        self._current = tup
         try:
-            self.obj.execute(Tuple(values, fields, comp, src, sid))
-        except Exception as e:  # user code: report, go on with the next tuple
+            self.obj.execute(tup)
+        except Exception as e:  # user code: report, fail the tuple (it replays), go on
             self.errors.report(e, "execute")
+            self.fail_tuple(tup)
+        else:
+            if self.auto_ack and not tup.done:
+                if tup.anchors:
+                    self.ack_tuple(tup)
+                else:
+                    self.acked += 1
+        finally:
+            self._current = None
         self.executed += 1
 
     def _bp_idle(self, idle: int) -> int:
@@ -476,8 +706,12 @@ class ExecutorCore:
     def _flush_timer(self, interval_s: float) -> None:
         while not self._stop and not self.done.is_set():
             time.sleep(interval_s)
-            if not self._flush_queued and self.queue.try_publish_direct(FLUSH):
+            # set before the insert: the executor thread clears it when it takes the
+            # FlushTuple, which may happen before try_publish_direct even returns
+            if not self._flush_queued:
                 self._flush_queued = True
+                if not self.queue.try_publish_direct(FLUSH):
+                    self._flush_queued = False
 
     def run(self) -> None:
         """The executor thread: Storm's spout or bolt loop until end of stream or stop."""
@@ -499,12 +733,19 @@ class ExecutorCore:
             self.done.set()
 
     def _run_spout(self) -> None:
+        """Storm's spout loop. With ackers: the receive queue is checked every iteration
+        (acks), ``topology.max.spout.pending`` caps the tuples in flight, and expired ones
+        fail. ``StopIteration`` ends the stream once no emitted tuple is pending; a fail
+        after it calls ``next_tuple`` again, so the spout can replay."""
         q = self.queue
         spout = self.obj
-        skips = self.conf["topology.spout.recvq.skips"]
+        acking = bool(self.ackers)
+        skips = 0 if acking else self.conf["topology.spout.recvq.skips"]
+        max_pending = self.max_spout_pending if acking else None
         handle = self._handle
         counter = skips  # check the queue on the first iteration
         idle = bp_idle = 0
+        exhausted = False
         while not self._stop:
             recv = 0
             if counter >= skips:
@@ -512,22 +753,51 @@ class ExecutorCore:
                 counter = 0
             else:
                 counter += 1
+            if acking:
+                now = time.monotonic()
+                if now >= self._next_timeout_check:
+                    self._next_timeout_check = now + min(1.0, max(0.01, self.timeout_s / 20))
+                    self._expire(now)
             if self.pending and not self.try_flush_pending():
                 if recv <= 1:
                     bp_idle = self._bp_idle(bp_idle)
                 continue
             bp_idle = 0
+            if exhausted:
+                if not self.pending_tuples:
+                    return
+                if not self._fails_since_exhausted:
+                    idle = self.idle_wait.idle(idle) if recv <= 1 else 0
+                    continue
+                exhausted = False
+            if max_pending is not None and len(self.pending_tuples) >= max_pending:
+                idle = self.idle_wait.idle(idle) if recv <= 1 else 0
+                continue
             before = self.emitted
             try:
                 spout.next_tuple()
             except StopIteration:
-                return
+                self._ack_due()
+                if not self.pending_tuples:
+                    return
+                exhausted = True
+                self._fails_since_exhausted = False
+                continue
             except Exception as e:
                 self.errors.report(e, "next_tuple")
+            if self._acks_due:
+                self._ack_due()
             if self.emitted == before and recv <= 1:
                 idle = self.idle_wait.idle(idle)
             else:
                 idle = 0
+
+    def _ack_due(self) -> None:
+        """Without ackers a spout tuple is acked at emit (after ``next_tuple`` returns)."""
+        due, self._acks_due = self._acks_due, []
+        for m in due:
+            self.acked += 1
+            self._user_ack(m)
 
     def _run_bolt(self) -> None:
         q = self.queue
@@ -538,7 +808,13 @@ class ExecutorCore:
             return not pending
 
         idle = bp_idle = 0
+        is_acker = self.is_acker
         while not self._stop:
+            if is_acker:
+                now = time.monotonic()
+                if now >= self._next_timeout_check:
+                    self._next_timeout_check = now + min(1.0, max(0.01, self.timeout_s / 20))
+                    self._expire(now)
             if not pending or self.try_flush_pending():
                 bp_idle = 0
                 if q.consume(handle, keep_running):
@@ -589,7 +865,10 @@ class ExecutorCore:
             "component": self.component_id, "task": self.task_id,
             "worker": self.context.worker_index, "state": self.state,
             "emitted": self.emitted, "executed": self.executed,
-            "acked": self.acked, "failed": self.failed,
+            "acked": self.acked, "failed": self.failed, "timeouts": self.timeouts,
+            "pending_tuples": len(self.pending_tuples) if self.is_spout else len(self._tree),
+            "unknown_acks": self.unknown_acks,
+            "complete_latencies_ms": list(self.complete_latencies_ms),
             "queue": m, "pending_emits": len(self.pending),
             "max_pending_emits": self.max_pending_emits,
             "batched": sum(len(i.batch) for i in self._inserter_list),

@@ -8,23 +8,32 @@ from topology import Bolt, Spout
 
 
 class GenSpout(Spout):
-    """Emits (i, "k" + str(i % 1000)) for i in [0, n)."""
+    """Emits (i, "k" + str(i % 1000)) for i in [0, n); with ``msg_ids``, msg_id = i and
+    failed ones are counted (the benchmark expects none)."""
 
     outputs = ("i", "k")
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, msg_ids: bool = False) -> None:
         self.n = n
+        self.msg_ids = msg_ids
 
     def open(self, conf, context, collector):
         self.emit = collector.emit
         self.i = 0
+        self.failed = 0
 
     def next_tuple(self):
         i = self.i
         if i >= self.n:
             raise StopIteration
-        self.emit((i, "k" + str(i % 1000)))
+        if self.msg_ids:
+            self.emit((i, "k" + str(i % 1000)), msg_id=i)
+        else:
+            self.emit((i, "k" + str(i % 1000)))
         self.i = i + 1
+
+    def fail(self, msg_id):
+        self.failed += 1
 
 
 class DoubleBolt(Bolt):

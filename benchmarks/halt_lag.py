@@ -70,7 +70,7 @@ def main() -> None:
         b.set_spout("c_gen", pipeline.GenSpout(10**12))  # task 3, worker 0
         slow.shuffle_grouping("c_gen")
     conf = {"topology.workers": 2, "topology.executor.receive.buffer.size": 4096,
-            "topology.producer.batch.size": 256}
+            "topology.producer.batch.size": 256, "topology.acker.executors": 0}
     handle = cluster.submit_topology("halt-lag", conf, b.create_topology())
     assert all(w == (t != 2) * 0 + (t == 2) for t, w in handle.stats().assignment.items())
     time.sleep(args.seconds)  # the run itself: the samples accumulate in the executors

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
@@ -92,6 +93,18 @@ class TopologyHandle:
         tasks = self.topology.component_tasks[component_id]
         parts = self._get([self.actors[t].collected.remote() for t in tasks], 60, "collected")
         return [x for p in parts for x in p]
+
+    def task_state(self, component_id: str, attr: str) -> dict[int, Any]:
+        """Task id → attribute ``attr`` of that task's spout or bolt object (None where it
+        has none), for each task of ``component_id``: introspection for tests and
+        notebooks. Values must be picklable; a list is copied."""
+        if component_id not in self.topology.components:
+            raise KeyError(f"no component {component_id!r}; known: "
+                           f"{sorted(self.topology.components)}")
+        tasks = self.topology.component_tasks[component_id]
+        vals = self._get([self.actors[t].task_state.remote(attr) for t in tasks], 60,
+                         "task_state")
+        return dict(zip(tasks, vals, strict=True))
 
     def kill(self) -> None:
         """Stop every task (``close``/``cleanup`` are called), then free the actors."""

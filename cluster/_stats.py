@@ -29,6 +29,12 @@ class TaskStats:
         remote_backlogged: tasks of other workers this task may not send to now.
         halt_lags_ms: recent halt-lags seen by this task as a sender (ms from a
             destination's backlog starting to this task holding its sends).
+        acked / failed: tuples acked / failed (a spout: its tuple trees completed / failed,
+            timeouts included; a bolt: inputs it acked / failed; an acker: trees it
+            completed / failed).
+        timeouts: a spout's tuple trees failed by ``topology.message.timeout.secs``.
+        pending_tuples: a spout's tuple trees in flight (an acker's: trees it tracks).
+        complete_latencies_ms: a spout's recent emit-to-ack times of completed trees.
         error_count / errors: user-code errors (each kind with count and last traceback).
     """
 
@@ -53,6 +59,11 @@ class TaskStats:
     overflowed_total: int = 0
     remote_backlogged: list[int] = field(default_factory=list)
     halt_lags_ms: list[float] = field(default_factory=list)
+    acked: int = 0
+    failed: int = 0
+    timeouts: int = 0
+    pending_tuples: int = 0
+    complete_latencies_ms: list[float] = field(default_factory=list)
     errors: list[dict] = field(default_factory=list)
     queue: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -71,7 +82,10 @@ class TaskStats:
                    backlogged=d.get("backlogged", False),
                    overflowed_total=d.get("overflowed_total", 0),
                    remote_backlogged=d.get("remote_backlogged", []),
-                   halt_lags_ms=d.get("halt_lags_ms", []))
+                   halt_lags_ms=d.get("halt_lags_ms", []),
+                   acked=d.get("acked", 0), failed=d.get("failed", 0),
+                   timeouts=d.get("timeouts", 0), pending_tuples=d.get("pending_tuples", 0),
+                   complete_latencies_ms=d.get("complete_latencies_ms", []))
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,11 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
         raise TopologyError(f"topology name must be a non-empty string, got {name!r}")
     conf = make_config(conf)
     workers = conf["topology.workers"]
+    ackers = conf["topology.acker.executors"]
+    if ackers is None:  # Storm: one acker per worker
+        ackers = workers
+    if ackers > 0:
+        topology = topology.with_ackers(ackers)
     task_worker = assign_tasks(topology, workers)
     tasks_of = {w: sorted(t for t, x in task_worker.items() if x == w) for w in range(workers)}
     workers = max(1, sum(1 for ts in tasks_of.values() if ts))  # no empty workers

@@ -128,3 +128,186 @@ class SilentSpout(Spout):
 
     def next_tuple(self):
         return None
+
+
+class AckEveryOtherBolt(Bolt):
+    """Storm's AckEveryOtherBolt: acks the tuples with an even seq, leaves the rest."""
+
+    auto_ack = False
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        if tup["seq"] % 2 == 0:
+            self.collector.ack(tup)
+
+
+class SelfAnchorBolt(Bolt):
+    """Emits each input twice anchored to the same input twice, then acks it."""
+
+    auto_ack = False
+    outputs = ("seq", "key")
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        self.collector.emit(tup.values, anchors=[tup, tup])
+        self.collector.emit(tup.values, anchors=[tup, tup])
+        self.collector.ack(tup)
+
+
+class JoinBolt(Bolt):
+    """Holds each seq until it has arrived ``copies`` times, then acks every copy."""
+
+    auto_ack = False
+
+    def __init__(self, copies: int = 2) -> None:
+        self.copies = copies
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.held: dict = {}
+        self.joined: list = []
+
+    def execute(self, tup):
+        got = self.held.setdefault(tup["seq"], [])
+        got.append(tup)
+        if len(got) == self.copies:
+            for t in self.held.pop(tup["seq"]):
+                self.collector.ack(t)
+            self.joined.append(tup["seq"])
+
+
+class DropOddBolt(Bolt):
+    """Passes even seqs on, drops odd ones (and acks every input: auto_ack)."""
+
+    outputs = ("seq", "key")
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        if tup["seq"] % 2 == 0:
+            self.collector.emit(tup.values)
+
+
+class HoldBolt(Bolt):
+    """Keeps every input and never acks (to fill ``topology.max.spout.pending``)."""
+
+    auto_ack = False
+
+    def prepare(self, conf, context, collector):
+        self.held: list = []
+
+    def execute(self, tup):
+        self.held.append(tup)
+
+
+class FailOnceBolt(Bolt):
+    """Raises the first time it sees a ``field`` value divisible by ``every``; passes every
+    other tuple on unchanged (its output fields are ``fields``)."""
+
+    def __init__(self, every: int, field: str = "seq",
+                 fields: tuple = ("seq", "key")) -> None:
+        self.every = every
+        self.field = field
+        self.outputs = tuple(fields)
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.seen: set = set()
+
+    def execute(self, tup):
+        seq = tup[self.field]
+        if seq % self.every == 0 and seq not in self.seen:
+            self.seen.add(seq)
+            raise RuntimeError(f"first attempt at seq {seq}")
+        self.collector.emit(tup.values)
+
+
+class TimedSpout(Spout):
+    """Emits (seq, key) for seq in [0, n) with msg_id=seq; records when each one was acked
+    or failed, in seconds after its emit. Replays nothing; ends when all are resolved."""
+
+    outputs = ("seq", "key")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def open(self, conf, context, collector):
+        self.collector = collector
+        self.i = 0
+        self.sent: dict = {}
+        self.acked_after: dict = {}
+        self.failed_after: dict = {}
+
+    def next_tuple(self):
+        if self.i >= self.n:
+            raise StopIteration
+        self.sent[self.i] = time.monotonic()
+        self.collector.emit((self.i, "k"), msg_id=self.i)
+        self.i += 1
+
+    def ack(self, msg_id):
+        self.acked_after[msg_id] = time.monotonic() - self.sent[msg_id]
+
+    def fail(self, msg_id):
+        self.failed_after[msg_id] = time.monotonic() - self.sent[msg_id]
+
+
+class TickSpout(TimedSpout):
+    """A ``TimedSpout`` of 2 that also emits an untracked tick every ``tick_s`` on stream
+    ``tick`` until both tuples are resolved."""
+
+    def __init__(self, tick_s: float) -> None:
+        super().__init__(2)
+        self.tick_s = tick_s
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("seq", "key"))
+        declarer.declare(Fields("n"), stream_id="tick")
+
+    def open(self, conf, context, collector):
+        super().open(conf, context, collector)
+        self.next_tick = 0.0
+
+    def next_tuple(self):
+        if self.i < self.n:
+            return super().next_tuple()
+        if len(self.acked_after) + len(self.failed_after) == self.n:
+            raise StopIteration
+        now = time.monotonic()
+        if now >= self.next_tick:
+            self.next_tick = now + self.tick_s
+            self.collector.emit((1,), stream="tick")
+
+
+class ResetTimeoutBolt(Bolt):
+    """Holds seq 0 and seq 1; on each tick resets seq 0's timeout, and acks it after
+    ``hold_s``; seq 1 is never acked nor reset."""
+
+    auto_ack = False
+
+    def __init__(self, hold_s: float) -> None:
+        self.hold_s = hold_s
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.held: dict = {}
+        self.resets = 0
+
+    def execute(self, tup):
+        if tup.source_stream == "tick":
+            self.collector.ack(tup)
+            t0 = self.held.get(0)
+            if t0 is not None:
+                if time.monotonic() - t0[1] >= self.hold_s:
+                    self.collector.ack(t0[0])
+                    del self.held[0]
+                else:
+                    self.collector.reset_timeout(t0[0])
+                    self.resets += 1
+            return
+        self.held[tup["seq"]] = (tup, time.monotonic())

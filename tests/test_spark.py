@@ -72,6 +72,30 @@ def test_dataframe_spout_round_trip(cluster, spark, name, parallelism):
     assert by_id[0][1] is None and by_id[0][2] is None and by_id[0][4] is None
 
 
+def test_dataframe_spout_replays_failed_rows(cluster, spark, name):
+    """With msg_ids, a row whose processing raised is emitted again until acked."""
+    from tests.components import FailOnceBolt
+
+    df, rows = _frame(spark, 600)
+    spout = DataFrameSpout(df, msg_ids=True)
+    b = TopologyBuilder()
+    b.set_spout("df", spout)
+    b.set_bolt("flaky", FailOnceBolt(every=50, field="id", fields=spout.outputs)
+               ).shuffle_grouping("df")
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("flaky")
+    handle = cluster.submit_topology(name, {}, b.create_topology())
+    try:
+        assert handle.wait(120)
+        got = handle.collected("sink")
+        s = handle.stats()
+    finally:
+        cluster.kill_topology(name)
+    assert sorted(v[0] for *_, v in got) == list(range(600))
+    spout_stats = s.component("df")[0]
+    assert spout_stats.acked == 600 and spout_stats.failed == 12
+    assert s.total("flaky", "error_count") == 12
+
+
 def test_dataframe_spout_rejects_non_frames():
     with pytest.raises(TopologyError, match="needs a Spark DataFrame, got list"):
         DataFrameSpout([1, 2, 3])

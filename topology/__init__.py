@@ -5,6 +5,7 @@ built). Names follow Storm's, in snake_case.
 """
 
 from topology._builder import (
+    ACKER_ID,
     GROUPINGS,
     BoltDeclarer,
     ComponentSpec,
@@ -30,9 +31,9 @@ from topology._spouts import CollectorBolt, IterableSpout
 from topology._tuple import Tuple
 
 __all__ = [
-    "Bolt", "BoltDeclarer", "CONFIG_KEYS", "CollectorBolt", "ComponentSpec", "ConfigError",
-    "ConfigKey", "DEFAULTS", "DEFAULT_STREAM", "DataFrameSpout", "EmitError", "Fields",
-    "GROUPINGS", "Grouping", "IterableSpout", "OutputCollector", "OutputFieldsDeclarer",
+    "ACKER_ID", "Bolt", "BoltDeclarer", "CONFIG_KEYS", "CollectorBolt", "ComponentSpec",
+    "ConfigError", "ConfigKey", "DEFAULTS", "DEFAULT_STREAM", "DataFrameSpout", "EmitError",
+    "Fields", "GROUPINGS", "Grouping", "IterableSpout", "OutputCollector", "OutputFieldsDeclarer",
     "Spout", "SpoutDeclarer", "SpoutOutputCollector", "StormTopology", "TopologyBuilder",
     "TopologyContext", "TopologyError", "Tuple", "effective_batch_size", "make_config",
 ]

@@ -117,23 +117,58 @@ class SpoutDeclarer:
         return self
 
 
+#: Component id of the acker system bolt (Storm's ``__acker``).
+ACKER_ID = "__acker"
+
+
+class _AckerBolt(Bolt):
+    """Placeholder object of the acker component; the executor carries out its logic."""
+
+
 class StormTopology:
     """An immutable, validated topology: components and their task ids.
 
     Task ids are assigned from 1, component by component in sorted id order (as Storm
-    does), so a topology always gets the same ids.
+    does), so a topology always gets the same ids. Acker tasks, when added by
+    :meth:`with_ackers` at submit, take the ids after every user task, so adding them
+    changes no user task id.
     """
 
-    def __init__(self, components: dict[str, ComponentSpec]) -> None:
-        self._components = MappingProxyType(dict(components))
+    def __init__(self, components: dict[str, ComponentSpec], ackers: int = 0) -> None:
+        self._user = MappingProxyType(dict(components))
         tasks: dict[str, tuple[int, ...]] = {}
         next_id = 1
         for cid in sorted(components):
             n = components[cid].parallelism
             tasks[cid] = tuple(range(next_id, next_id + n))
             next_id += n
+        comps = dict(components)
+        if ackers > 0:
+            comps[ACKER_ID] = ComponentSpec(
+                id=ACKER_ID, obj=_AckerBolt(), parallelism=ackers, inputs=(),
+                streams=MappingProxyType({}), direct_streams=frozenset(),
+                conf=MappingProxyType({}))
+            tasks[ACKER_ID] = tuple(range(next_id, next_id + ackers))
+        self._components = MappingProxyType(comps)
         self._tasks = MappingProxyType(tasks)
         self._task_component = {t: c for c, ts in tasks.items() for t in ts}
+        self._ackers = ackers
+
+    def with_ackers(self, ackers: int) -> StormTopology:
+        """This topology with ``ackers`` acker tasks (Storm's ``topology.acker.executors``).
+
+        Every spout and bolt task then also sends to the ackers, and the ackers to the
+        spouts (the acking system streams); user task ids do not change.
+        """
+        return StormTopology(dict(self._user), ackers)
+
+    @property
+    def acker_tasks(self) -> tuple[int, ...]:
+        """Task ids of the ackers (empty when acking is off)."""
+        return self._tasks.get(ACKER_ID, ())
+
+    def is_spout(self, component: str) -> bool:
+        return self._components[component].is_spout
 
     @property
     def components(self) -> MappingProxyType:
@@ -157,17 +192,30 @@ class StormTopology:
                 if g.source == source]
 
     def upstream_tasks(self, component: str) -> list[int]:
-        """Task ids of every component ``component`` subscribes to (any stream)."""
+        """Task ids of every component ``component`` subscribes to (any stream); with
+        ackers, a spout's upstream includes them, and an acker's is every other task."""
+        acks = list(self.acker_tasks)
+        if component == ACKER_ID:
+            return sorted(t for t, c in self._task_component.items() if c != ACKER_ID)
         srcs = sorted({g.source for g in self._components[component].inputs})
-        return [t for s in srcs for t in self._tasks[s]]
+        ups = [t for s in srcs for t in self._tasks[s]]
+        return ups + acks if self._components[component].is_spout else ups
 
     def downstream_tasks(self, component: str) -> list[int]:
+        """Task ids ``component`` sends to: its subscribers' tasks, plus the ackers (or,
+        for an acker, the spout tasks)."""
+        if component == ACKER_ID:
+            return sorted(t for t, c in self._task_component.items()
+                          if c != ACKER_ID and self._components[c].is_spout)
         comps = sorted({cid for cid, _ in self.subscribers(component)})
-        return [t for c in comps for t in self._tasks[c]]
+        return [t for c in comps for t in self._tasks[c]] + list(self.acker_tasks)
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{c}x{s.parallelism}" for c, s in self._components.items())
         return f"StormTopology({parts})"
+
+    def __reduce__(self):
+        return (StormTopology, (dict(self._user), self._ackers))
 
 
 class TopologyBuilder:

@@ -98,7 +98,17 @@ class Spout(_Component):
 
 
 class Bolt(_Component):
-    """A processing step (Storm's ``IBolt``), plus Flink's ``endInput`` as :meth:`finish`."""
+    """A processing step (Storm's ``IBolt``), plus Flink's ``endInput`` as :meth:`finish`.
+
+    Attributes:
+        auto_ack: True (default) behaves as Storm's ``BasicBolt``: emits made during
+            ``execute`` without ``anchors`` are anchored to the input, and the input is
+            acked when ``execute`` returns (failed when it raises) unless the bolt acked or
+            failed it itself. Set False for Storm's ``IRichBolt`` behaviour: anchor, ack
+            and fail explicitly through the collector.
+    """
+
+    auto_ack: bool = True
 
     def prepare(self, conf: dict, context: TopologyContext, collector: OutputCollector) -> None:
         """Called once in the task before any tuple. Keep ``collector``."""
@@ -191,9 +201,15 @@ class OutputCollector:
         raise NotImplementedError
 
     def ack(self, tup: Tuple) -> None:
+        """Mark ``tup`` done: its tuple tree completes once every tuple in it is acked."""
         raise NotImplementedError
 
     def fail(self, tup: Tuple) -> None:
+        """Fail ``tup``'s tuple tree now: the spout's ``fail(msg_id)`` follows."""
+        raise NotImplementedError
+
+    def reset_timeout(self, tup: Tuple) -> None:
+        """Restart the ``topology.message.timeout.secs`` clock of ``tup``'s tuple tree."""
         raise NotImplementedError
 
     def report_error(self, exc: BaseException) -> None:

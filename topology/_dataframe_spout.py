@@ -27,6 +27,10 @@ class DataFrameSpout(Spout):
         df: a DataFrame of a Spark session started by RayDP (``cluster.start_spark``).
         parallelism: number of Ray blocks to ask ``from_spark`` for (``None``: RayDP's
             choice, one per Spark partition).
+        msg_ids: emit each row with a ``msg_id`` (its running number in this task), so
+            acking tracks it; a failed or timed-out row is emitted again, before new rows,
+            until acked. Rows in flight are kept until acked (bound them with
+            ``topology.max.spout.pending``).
 
     Attributes:
         total_rows: the frame's row count (from block metadata; no extra Spark job).
@@ -35,7 +39,7 @@ class DataFrameSpout(Spout):
         TopologyError: ``df`` is not a Spark DataFrame, or RayDP is not installed.
     """
 
-    def __init__(self, df: Any, parallelism: int | None = None) -> None:
+    def __init__(self, df: Any, parallelism: int | None = None, msg_ids: bool = False) -> None:
         try:
             import ray.data
         except ImportError as e:  # pragma: no cover - ray is a hard dependency
@@ -43,6 +47,7 @@ class DataFrameSpout(Spout):
         if not hasattr(df, "columns") or not hasattr(df, "schema"):
             raise TopologyError(f"DataFrameSpout needs a Spark DataFrame, got {type(df).__name__}")
         self.outputs = tuple(df.columns)
+        self._msg_ids = msg_ids
         ds = ray.data.from_spark(df, override_num_blocks=parallelism)
         self._block_refs = ds.to_arrow_refs()
         self.total_rows = ds.count()
@@ -60,6 +65,8 @@ class DataFrameSpout(Spout):
         self._mine = list(self._block_refs[context.task_index::n])
         self._rows = iter(())
         self.emitted_rows = 0
+        self._in_flight: dict = {}
+        self._replay: list = []
 
     def _next_block(self) -> bool:
         import ray
@@ -73,10 +80,26 @@ class DataFrameSpout(Spout):
         return False
 
     def next_tuple(self) -> None:
+        if self._replay:
+            mid = self._replay.pop(0)
+            self._collector.emit(self._in_flight[mid], msg_id=mid)
+            return
         row = next(self._rows, None)
         if row is None:
             if not self._next_block():
                 raise StopIteration
             row = next(self._rows)
-        self._collector.emit(row)
+        if self._msg_ids:
+            mid = self.emitted_rows
+            self._in_flight[mid] = row
+            self._collector.emit(row, msg_id=mid)
+        else:
+            self._collector.emit(row)
         self.emitted_rows += 1
+
+    def ack(self, msg_id) -> None:
+        self._in_flight.pop(msg_id, None)
+
+    def fail(self, msg_id) -> None:
+        if msg_id in self._in_flight:
+            self._replay.append(msg_id)

@@ -22,7 +22,10 @@ class IterableSpout(Spout):
         fields: output field names of the default stream.
         factory: alternative to ``items``: a picklable callable returning an iterable,
             called once in each task (for large generated inputs).
-        msg_ids: emit each item with its position as ``msg_id`` (for acking, later).
+        msg_ids: emit each item with its position as ``msg_id``, so acking tracks it; a
+            failed (or timed out) item is emitted again, before any new item, until acked.
+            Items in flight are kept until acked (at most ``topology.max.spout.pending``
+            per task when that is set).
 
     Each item is a sequence of values (one per field); with a single field a scalar item
     is wrapped.
@@ -45,16 +48,35 @@ class IterableSpout(Spout):
         self._it = enumerate(itertools.islice(source, context.task_index, None, n))
         self._stride = (n, context.task_index)
         self._single = len(self.outputs) == 1
+        self._in_flight: dict = {}  # msg_id -> values, until acked
+        self._replay: list = []  # failed msg_ids, oldest first
+        self.acked_ids: list = []  # for inspection (handle.task_state)
+        self.failed_ids: list = []
 
     def next_tuple(self) -> None:
-        i, item = next(self._it)  # StopIteration ends the stream
+        if self._replay:
+            mid = self._replay.pop(0)
+            self._collector.emit(self._in_flight[mid], msg_id=mid)
+            return
+        i, item = next(self._it)  # StopIteration: nothing left (the executor waits for acks)
         if self._single and not isinstance(item, (list, tuple)):
             item = (item,)
         n, k = self._stride
         if self._msg_ids:
-            self._collector.emit(item, msg_id=i * n + k)
+            mid = i * n + k
+            self._in_flight[mid] = item
+            self._collector.emit(item, msg_id=mid)
         else:
             self._collector.emit(item)
+
+    def ack(self, msg_id) -> None:
+        if self._in_flight.pop(msg_id, None) is not None:
+            self.acked_ids.append(msg_id)
+
+    def fail(self, msg_id) -> None:
+        if msg_id in self._in_flight:
+            self.failed_ids.append(msg_id)
+            self._replay.append(msg_id)
 
 
 class CollectorBolt(Bolt):

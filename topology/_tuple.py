@@ -21,15 +21,22 @@ class Tuple:
         source_stream: stream id the tuple was emitted on.
     """
 
-    __slots__ = ("values", "fields", "source_component", "source_task", "source_stream")
+    __slots__ = ("values", "fields", "source_component", "source_task", "source_stream",
+                 "anchors", "ack_val", "done")
 
     def __init__(self, values: list, fields: Fields, source_component: str,
-                 source_task: int, source_stream: str) -> None:
+                 source_task: int, source_stream: str, anchors: dict | None = None) -> None:
         self.values = values
         self.fields = fields
         self.source_component = source_component
         self.source_task = source_task
         self.source_stream = source_stream
+        #: acking (Storm's MessageId): root id → this tuple's edge-id XOR; None if untracked
+        self.anchors = anchors
+        #: XOR of the edge ids of the tuples anchored to this one so far
+        self.ack_val = 0
+        #: acked or failed already
+        self.done = False
 
     def __getitem__(self, key: str | int) -> Any:
         """``tup["word"]`` by field name, or ``tup[0]`` by position; ``KeyError``/``IndexError``."""

@@ -1,0 +1,200 @@
+"""At-least-once: Storm's TopologyIntegrationTest acking scenarios (testAcking,
+testAckBranching, testAckingSelfAnchor, testTimeout, testResetTimeout), ported to real time;
+``topology.max.spout.pending``; replay by the built-in spout; user errors fail and replay."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.components import (
+    AckEveryOtherBolt,
+    DropOddBolt,
+    FailOnceBolt,
+    HoldBolt,
+    JoinBolt,
+    PassBolt,
+    ResetTimeoutBolt,
+    SelfAnchorBolt,
+    SeqSpout,
+    TickSpout,
+    TimedSpout,
+)
+from topology import ACKER_ID, CollectorBolt, IterableSpout, TopologyBuilder
+
+pytestmark = pytest.mark.ray
+
+
+def _until(cond, timeout=60.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"
+        time.sleep(0.05)
+
+
+def _finish(cluster, name, builder, conf=None, timeout=120):
+    """Run to completion; return (stats, handle) with the handle still alive."""
+    handle = cluster.submit_topology(name, conf or {}, builder.create_topology())
+    assert handle.wait(timeout), handle.stats().summary()
+    return handle.stats(), handle
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_acking_every_tuple_tree_completes(cluster, name, workers):
+    b = TopologyBuilder()
+    b.set_spout("src", TimedSpout(300))
+    b.set_bolt("mid", PassBolt(), 2).shuffle_grouping("src")
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("mid")
+    stats, handle = _finish(cluster, name, b, {"topology.workers": workers})
+    try:
+        acked = handle.task_state("src", "acked_after")
+        failed = handle.task_state("src", "failed_after")
+    finally:
+        cluster.kill_topology(name)
+    (acked,), (failed,) = acked.values(), failed.values()
+    assert sorted(acked) == list(range(300)) and failed == {}
+    spout = stats.component("src")[0]
+    assert spout.raw["acked"] == 300 and spout.raw["pending_tuples"] == 0
+    assert len(stats.component(ACKER_ID)) == workers  # one acker per worker by default
+    assert stats.total(ACKER_ID, "acked") == 300
+    assert len(spout.raw["complete_latencies_ms"]) == 300
+
+
+def test_ack_branching_waits_for_every_branch(cluster, name):
+    """A diamond: each tuple reaches the join twice. Even seqs complete; for odd seqs one
+    branch drops its copy, so the join holds the other and the tree never completes: those
+    time out (Storm's testAckBranching, where 0 acks come before the second branch)."""
+    b = TopologyBuilder()
+    b.set_spout("src", TimedSpout(20))
+    b.set_bolt("a", PassBolt()).shuffle_grouping("src")
+    b.set_bolt("b", DropOddBolt()).shuffle_grouping("src")
+    b.set_bolt("join", JoinBolt(2)).shuffle_grouping("a").shuffle_grouping("b")
+    stats, handle = _finish(cluster, name, b, {"topology.message.timeout.secs": 3})
+    try:
+        (acked,) = handle.task_state("src", "acked_after").values()
+        (failed,) = handle.task_state("src", "failed_after").values()
+    finally:
+        cluster.kill_topology(name)
+    assert sorted(acked) == list(range(0, 20, 2))
+    assert sorted(failed) == list(range(1, 20, 2))
+    assert all(3.0 <= s < 5.0 for s in failed.values()), failed
+    assert stats.component("src")[0].raw["timeouts"] == 10
+
+
+def test_acking_self_anchor(cluster, name):
+    b = TopologyBuilder()
+    b.set_spout("src", TimedSpout(50))
+    b.set_bolt("twice", SelfAnchorBolt()).shuffle_grouping("src")
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("twice")
+    stats, handle = _finish(cluster, name, b)
+    try:
+        (acked,) = handle.task_state("src", "acked_after").values()
+        assert len(handle.collected("sink")) == 100
+    finally:
+        cluster.kill_topology(name)
+    assert sorted(acked) == list(range(50))
+
+
+def test_timeout_fails_what_is_not_acked(cluster, name):
+    b = TopologyBuilder()
+    b.set_spout("src", TimedSpout(10))
+    b.set_bolt("half", AckEveryOtherBolt()).shuffle_grouping("src")
+    stats, handle = _finish(cluster, name, b, {"topology.message.timeout.secs": 2})
+    try:
+        (acked,) = handle.task_state("src", "acked_after").values()
+        (failed,) = handle.task_state("src", "failed_after").values()
+    finally:
+        cluster.kill_topology(name)
+    assert sorted(acked) == [0, 2, 4, 6, 8] and all(s < 2.0 for s in acked.values())
+    assert sorted(failed) == [1, 3, 5, 7, 9]
+    # not before the timeout, and within the check period after it
+    assert all(2.0 <= s < 3.5 for s in failed.values()), failed
+
+
+def test_reset_timeout_keeps_a_tuple_alive(cluster, name):
+    timeout = 2
+    b = TopologyBuilder()
+    b.set_spout("src", TickSpout(tick_s=0.2))
+    b.set_bolt("hold", ResetTimeoutBolt(hold_s=2.5 * timeout)).shuffle_grouping(
+        "src").shuffle_grouping("src", "tick")
+    stats, handle = _finish(cluster, name, b, {"topology.message.timeout.secs": timeout})
+    try:
+        (acked,) = handle.task_state("src", "acked_after").values()
+        (failed,) = handle.task_state("src", "failed_after").values()
+        (resets,) = handle.task_state("hold", "resets").values()
+    finally:
+        cluster.kill_topology(name)
+    assert list(acked) == [0] and acked[0] >= 2.5 * timeout, (acked, failed, resets)
+    assert list(failed) == [1] and timeout <= failed[1] < timeout + 1.5
+    assert resets > 5
+
+
+def test_max_spout_pending_caps_tuples_in_flight(cluster, name):
+    b = TopologyBuilder()
+    b.set_spout("src", IterableSpout(range(1000), fields=("seq",), msg_ids=True))
+    b.set_bolt("hold", HoldBolt()).shuffle_grouping("src")
+    handle = cluster.submit_topology(name, {"topology.max.spout.pending": 10},
+                                     b.create_topology())
+    try:
+        _until(lambda: handle.stats().component("src")[0].raw["pending_tuples"] == 10, 30,
+               "10 tuples pending")
+        for _ in range(5):
+            spout = handle.stats().component("src")[0]
+            # emitted = acked + failed + pending, and nothing is acked or failed here
+            assert spout.emitted == 10 and spout.raw["pending_tuples"] == 10
+            assert spout.raw["acked"] == 0 and spout.raw["failed"] == 0
+            time.sleep(0.1)
+        (held,) = handle.task_state("hold", "held").values()
+        assert held is not None
+    finally:
+        cluster.kill_topology(name)
+
+
+def test_failed_tuples_replay_until_acked(cluster, name):
+    """Execute raising fails the tuple; the iterable spout emits it again; every item
+    reaches the sink (at least once) and every msg_id is acked exactly once."""
+    n = 400
+    b = TopologyBuilder()
+    b.set_spout("src", IterableSpout([(i, f"k{i % 7}") for i in range(n)],
+                                     fields=("seq", "key"), msg_ids=True))
+    b.set_bolt("flaky", FailOnceBolt(every=10)).shuffle_grouping("src")
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("flaky")
+    stats, handle = _finish(cluster, name, b)
+    try:
+        (acked,) = handle.task_state("src", "acked_ids").values()
+        (failed,) = handle.task_state("src", "failed_ids").values()
+        got = handle.collected("sink")
+    finally:
+        cluster.kill_topology(name)
+    assert sorted(acked) == list(range(n))
+    assert sorted(failed) == list(range(0, n, 10))
+    assert sorted({v[0] for *_, v in got}) == list(range(n))
+    assert stats.total("flaky", "error_count") == n // 10
+
+
+def test_without_ackers_spout_tuples_are_acked_at_emit(cluster, name):
+    b = TopologyBuilder()
+    b.set_spout("src", TimedSpout(100))
+    b.set_bolt("half", AckEveryOtherBolt()).shuffle_grouping("src")
+    stats, handle = _finish(cluster, name, b, {"topology.acker.executors": 0})
+    try:
+        (acked,) = handle.task_state("src", "acked_after").values()
+    finally:
+        cluster.kill_topology(name)
+    assert sorted(acked) == list(range(100))
+    assert ACKER_ID not in handle.topology.components
+
+
+def test_untracked_emits_need_no_acks(cluster, name):
+    """A spout without msg ids completes at once with ackers present (nothing pending)."""
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(500))
+    b.set_bolt("half", AckEveryOtherBolt()).shuffle_grouping("src")
+    stats, handle = _finish(cluster, name, b)
+    cluster.kill_topology(name)
+    assert stats.component("src")[0].raw["pending_tuples"] == 0
+    assert stats.total(ACKER_ID, "acked") == 0
