@@ -348,13 +348,9 @@ class ExecutorCore:
         acks = self.ackers
         self._transfer(acks[values[0] % len(acks)], (stream, values))
 
-    def spout_emit(self, values, stream: str, msg_id: Any, direct_task: int | None) -> list[int]:
-        """A spout emit with a ``msg_id``: tracked by the ackers (acked at once without).
-
-        Each target gets its own random 63-bit edge id; the acker receives the XOR of all of
-        them with the spout's task id (Storm's ``__ack_init``). The emit counts toward
-        ``topology.max.spout.pending`` until acked, failed or timed out.
-        """
+    def _targets(self, values, stream: str, direct_task: int | None) -> tuple[Any, list[int]]:
+        """The stream's router and the emit's target tasks (``direct_task`` checked); counts
+        the emit."""
         r = self._router(values, stream)
         if direct_task is None:
             targets = r.route(values)
@@ -362,6 +358,16 @@ class ExecutorCore:
             r.check_direct(direct_task)
             targets = [direct_task]
         self.emitted += 1
+        return r, targets
+
+    def spout_emit(self, values, stream: str, msg_id: Any, direct_task: int | None) -> list[int]:
+        """A spout emit with a ``msg_id``: tracked by the ackers (acked at once without).
+
+        Each target gets its own random 63-bit edge id; the acker receives the XOR of all of
+        them with the spout's task id (Storm's ``__ack_init``). The emit counts toward
+        ``topology.max.spout.pending`` until acked, failed or timed out.
+        """
+        r, targets = self._targets(values, stream, direct_task)
         if not self.ackers:
             for t in targets:
                 self._transfer(t, (r.index, values))
@@ -380,13 +386,7 @@ class ExecutorCore:
     def bolt_emit(self, values, stream: str, anchors, direct_task: int | None) -> list[int]:
         """A bolt emit, anchored to ``anchors`` (a tuple or a list of tuples); with
         ``auto_ack`` and no anchors given, anchored to the input being executed."""
-        r = self._router(values, stream)
-        if direct_task is None:
-            targets = r.route(values)
-        else:
-            r.check_direct(direct_task)
-            targets = [direct_task]
-        self.emitted += 1
+        r, targets = self._targets(values, stream, direct_task)
         if anchors is None:
             cur = self._current
             tracked = [cur] if (self.auto_ack and cur is not None and cur.anchors) else ()

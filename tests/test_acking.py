@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from tests._util import until
 from tests.components import (
     AckEveryOtherBolt,
     DropOddBolt,
@@ -24,16 +25,6 @@ from tests.components import (
 from topology import ACKER_ID, CollectorBolt, IterableSpout, TopologyBuilder
 
 pytestmark = pytest.mark.ray
-
-
-def _until(cond, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"
-        time.sleep(0.05)
 
 
 def _finish(cluster, name, builder, conf=None, timeout=120):
@@ -140,7 +131,7 @@ def test_max_spout_pending_caps_tuples_in_flight(cluster, name):
     handle = cluster.submit_topology(name, {"topology.max.spout.pending": 10},
                                      b.create_topology())
     try:
-        _until(lambda: handle.stats().component("src")[0].raw["pending_tuples"] == 10, 30,
+        until(lambda: handle.stats().component("src")[0].raw["pending_tuples"] == 10, 30,
                "10 tuples pending")
         for _ in range(5):
             spout = handle.stats().component("src")[0]

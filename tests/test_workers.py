@@ -5,7 +5,6 @@ reminders, late connections, and bad input on the worker-to-worker path."""
 from __future__ import annotations
 
 import collections
-import time
 
 import msgpack
 import pytest
@@ -13,21 +12,11 @@ import ray
 
 from actors import TransferActor, encode_batch, encode_transfer
 from cluster import assign_tasks
+from tests._util import until
 from tests.components import PassBolt, SeqSpout, SilentSpout, SlowCollector
 from topology import CollectorBolt, TopologyBuilder
 
 pytestmark = pytest.mark.ray
-
-
-def _until(cond, timeout=60.0, what="condition"):
-    """Poll ``cond`` until true; fail naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"
-        time.sleep(0.05)
 
 
 def test_workers_spread_over_nodes_and_assignment_in_stats(cluster, name):
@@ -79,7 +68,7 @@ def test_slow_task_holds_only_its_senders(cluster, name):
             s = handle.stats()
             samples.append(s)
             return s.total("s2_fast", "executed") >= n_fast
-        _until(fast_done, 120, "the fast pair finishing")
+        until(fast_done, 120, "the fast pair finishing")
         final = samples[-1]
     finally:
         cluster.kill_topology(name)
@@ -168,7 +157,7 @@ def test_status_reminders_and_late_connection(cluster, name):
         assert [w.statuses_sent for w in s.workers] == [0, 0], "no status while none is late"
         # 10 tuples for a queue of 4 whose consumer takes 0.5 s each: 6 go to the overflow
         assert ray.get(ta1.deliver.remote(encode_transfer(0, [(2, _frame(0, 0, 10))]))) == [0]
-        _until(lambda: handle.stats().component("a_src")[0].remote_backlogged == [2], 30,
+        until(lambda: handle.stats().component("a_src")[0].remote_backlogged == [2], 30,
                "the spout learning that task 2 is backlogged")
         s = handle.stats()
         assert s.workers[1].backlogged and s.workers[0].remote_backlogged == [2]
@@ -185,7 +174,7 @@ def test_status_reminders_and_late_connection(cluster, name):
         late = TransferActor.options(num_cpus=0.01).remote("late", 9, handle.conf,
                                                             handle.task_worker)
         ray.get(ta1.hello.remote(9, late))
-        _until(lambda: ray.get(late.stats.remote())["remote_backlogged"] == [2], 30,
+        until(lambda: ray.get(late.stats.remote())["remote_backlogged"] == [2], 30,
                "the late worker receiving the status")
         ray.kill(late)
     finally:
