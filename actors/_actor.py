@@ -49,7 +49,8 @@ class ActorSink:
             another worker, a one-frame delivery to that worker's transfer actor (whose
             reply is a list of acknowledgements).
         remote: True for a task in another worker: a send to it fails at once while its
-            worker's last :class:`BackPressureStatus` names it backlogged.
+            worker's last :class:`BackPressureStatus` names it backlogged. False for a back
+            edge (one that closes a cycle), even across workers: those never hold.
     """
 
     __slots__ = ("_send", "_src", "_max", "_inflight", "_core", "dest", "sent_batches",
@@ -174,14 +175,16 @@ class ExecutorActor:
                 sinks[t] = core.local_sink()
                 continue
             w = worker_of.get(t, 0)
+            back = t in core.back_dests  # closes a cycle: never blocks, never holds
             if w == core.worker:
-                s = ActorSink(handles[t].receive.remote, core.task_id, t, inflight, core)
+                send = handles[t].receive_remote.remote if back else handles[t].receive.remote
+                s = ActorSink(send, core.task_id, t, inflight, core)
             else:
                 if w not in transfers:
                     raise ValueError(f"task {core.task_id}: task {t} is in worker {w}, which "
                                      f"has no transfer actor")
                 s = ActorSink(functools.partial(_deliver, transfers[w], core.worker, t),
-                              core.task_id, t, inflight, core, remote=True)
+                              core.task_id, t, inflight, core, remote=not back)
             self._sinks.append(s)
             sinks[t] = s
         core.connect(sinks)
@@ -189,7 +192,7 @@ class ExecutorActor:
     @ray.method(concurrency_group="control")
     def start(self) -> None:
         self.core.start()
-        if self.core.remote_upstream and self._transfer is not None:
+        if self.core.remote_upstream or self.core.back_sources:
             self._bp_thread = threading.Thread(target=self._bp_check_timer, daemon=True,
                                                name=f"bp-check-{self.core.task_id}")
             self._bp_thread.start()
@@ -206,6 +209,8 @@ class ExecutorActor:
                 self._notify(report)
 
     def _notify(self, report: tuple) -> None:
+        if self._transfer is None:  # one worker: nobody to tell (a back edge's overflow)
+            return
         try:
             self._transfer.task_status.remote(*report)
         except Exception as e:  # the transfer actor is gone: Ray restarts it

@@ -154,8 +154,19 @@ class ExecutorCore:
         # end-of-stream marker goes to all of them: one list serves both.
         self.downstream = topology.downstream_tasks(self.component_id)
         self.destinations = self.downstream
-        self.upstream_open = set(topology.upstream_tasks(self.component_id))
-        self.upstream_all = frozenset(self.upstream_open)
+        self.upstream_all = frozenset(topology.upstream_tasks(self.component_id))
+        # Cycles: sends on a back edge never block (the receiver takes them into its
+        # overflow, up to a cap), so no cycle of full queues can deadlock; and the end of
+        # stream does not wait for back-edge sources (it could never arrive).
+        back = topology.back_edges
+        tasks_of = topology.component_tasks
+        self.back_dests = frozenset(t for (a, b) in back if a == self.component_id
+                                    for t in tasks_of[b])
+        self.back_sources = frozenset(t for (a, b) in back if b == self.component_id
+                                      for t in tasks_of[a])
+        self.upstream_open = set(self.upstream_all - self.back_sources)
+        self.back_edge_cap = (c["topology.executor.overflow.limit"]
+                              or c["topology.executor.receive.buffer.size"])
         self.task_worker = dict(task_worker)
         self.worker = task_worker.get(task_id, 0)
         #: upstream tasks in other workers: their tuples arrive through transfer actors
@@ -199,6 +210,7 @@ class ExecutorCore:
         #: acker: root id -> [xor value, spout task (-1 until init), start time, failed]
         self._tree: dict[int, list] = {}
         self._current: Tuple | None = None  # the input being executed (auto-anchoring)
+        self._dropped_roots: list = []  # trees to fail (tuples dropped at a back edge's cap)
         self.timeouts = 0
         self.unknown_acks = 0
         self.complete_latencies_ms: deque = deque(maxlen=1000)
@@ -586,11 +598,18 @@ class ExecutorCore:
         """
         q = self.queue
         elements = [(src_task, *it) for it in items]
+        # a back edge's arrivals are capped even when the overflow is not: a cycle can
+        # generate tuples without bound; beyond the cap they are dropped and counted, and
+        # with acking their trees fail, so the spout replays them
+        limit = self.back_edge_cap if src_task in self.back_sources else None
+        lost: list | None = [] if limit is not None and self.ackers else None
         if elements and elements[-1][1] == EOS_STREAM:  # the end of stream is never dropped
-            _, dropped = q.publish_remote(elements[:-1])
+            _, dropped = q.publish_remote(elements[:-1], limit=limit, dropped_out=lost)
             q.publish_remote(elements[-1:], droppable=False)
         else:
-            _, dropped = q.publish_remote(elements)
+            _, dropped = q.publish_remote(elements, limit=limit, dropped_out=lost)
+        if lost:
+            self._fail_dropped(lost)
         if dropped:
             now = time.time()
             if now - self._drop_logged_at >= self.conf["topology.error.throttle.interval.secs"]:
@@ -610,6 +629,13 @@ class ExecutorCore:
                 tr.set_last_overflow_count(self.task_id, total)
                 return self._report(True, True)
         return None
+
+    def _fail_dropped(self, elements: list) -> None:
+        """Fail the trees of tuples dropped at a back edge's cap (receiving thread: the
+        messages go to the ackers through the executor thread's FlushTuple path)."""
+        roots = {r for el in elements if len(el) > 3 for r, _ in el[3]}
+        with self._bp_lock:
+            self._dropped_roots.extend(roots)
 
     def check_backpressure(self) -> tuple | None:
         """The backpressure-check timer's step: clear this task once its overflow has
@@ -642,6 +668,11 @@ class ExecutorCore:
     def _handle(self, el) -> None:
         if el is FLUSH:
             self._flush_queued = False
+            if self._dropped_roots:
+                with self._bp_lock:
+                    roots, self._dropped_roots = self._dropped_roots, []
+                for r in roots:
+                    self._to_acker(ACK_FAIL, [r])
             self.try_flush_batches(nagle=True)
             return
         src, s, values = el[0], el[1], el[2]

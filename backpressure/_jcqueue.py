@@ -208,7 +208,8 @@ class JCQueue:
             self._arrivals.notify(n)
             return n
 
-    def publish_remote(self, items: list, droppable: bool = True) -> tuple[int, int]:
+    def publish_remote(self, items: list, droppable: bool = True, limit: int | None = None,
+                       dropped_out: list | None = None) -> tuple[int, int]:
         """Insert a batch that arrived from another worker; never blocks.
 
         Storm's ``WorkerState.transferLocalBatch`` for one task: elements go to the receive
@@ -220,6 +221,9 @@ class JCQueue:
         Args:
             droppable: False for control elements (end of stream), which go to the
                 overflow even at its limit: dropping one would stall the stream, not shed load.
+            limit: an overflow limit for this call instead of ``overflow_limit`` (a back
+                edge's cap).
+            dropped_out: when given, the dropped elements are appended to it.
 
         Returns:
             ``(overflowed, dropped)``: how many went to the overflow, how many were dropped.
@@ -242,13 +246,16 @@ class JCQueue:
             if not ov:
                 self._ov_barrier = self._q_in
             take = rest
-            if self.overflow_limit > 0 and droppable:
-                take = max(0, min(rest, self.overflow_limit - len(ov)))
+            cap = self.overflow_limit if limit is None else limit
+            if cap > 0 and droppable:
+                take = max(0, min(rest, cap - len(ov)))
             if take:
                 ov.extend(islice(items, n, n + take))
                 self._overflowed += take
             dropped = rest - take
             self._dropped += dropped
+            if dropped and dropped_out is not None:
+                dropped_out.extend(islice(items, n + take, None))
             return take, dropped
 
     def _record_insert_failure(self) -> None:

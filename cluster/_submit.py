@@ -59,6 +59,12 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
         ackers = workers
     if ackers > 0:
         topology = topology.with_ackers(ackers)
+    elif topology.back_edges:
+        logger.warning(
+            "topology %r has cycles (back edges %s) and no ackers: tuples beyond a back "
+            "edge's cap are dropped (counted in stats) and nothing replays them; set "
+            "topology.acker.executors > 0 and emit with msg ids for at-least-once", name,
+            sorted(topology.back_edges))
     task_worker = assign_tasks(topology, workers)
     tasks_of = {w: sorted(t for t, x in task_worker.items() if x == w) for w in range(workers)}
     workers = max(1, sum(1 for ts in tasks_of.values() if ts))  # no empty workers

@@ -311,3 +311,38 @@ class ResetTimeoutBolt(Bolt):
                     self.resets += 1
             return
         self.held[tup["seq"]] = (tup, time.monotonic())
+
+
+class PingBolt(Bolt):
+    """One side of a bolt↔bolt cycle: (seq, n) goes on to ``pong`` until n reaches
+    ``hops``, then out on stream ``done``."""
+
+    def __init__(self, hops: int) -> None:
+        self.hops = hops
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("seq", "n"))
+        declarer.declare(Fields("seq", "n"), stream_id="done")
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        seq, n = tup.values
+        if n >= self.hops:
+            self.collector.emit((seq, n), stream="done")
+        else:
+            self.collector.emit((seq, n))
+
+
+class PongBolt(Bolt):
+    """The other side: sends (seq, n + 1) back to ``ping`` (the edge that closes the cycle)."""
+
+    outputs = ("seq", "n")
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        seq, n = tup.values
+        self.collector.emit((seq, n + 1))

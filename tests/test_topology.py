@@ -174,3 +174,24 @@ def test_topology_package_does_not_import_ray():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "False"
+
+
+def test_back_edges_close_every_cycle_and_ackers_keep_user_task_ids():
+    from tests.components import PassBolt, SeqSpout
+
+    b = TopologyBuilder()
+    b.set_spout("s", SeqSpout(1))
+    b.set_bolt("a", PassBolt(), 2).shuffle_grouping("s").shuffle_grouping("b")
+    b.set_bolt("b", PassBolt()).shuffle_grouping("a")
+    b.set_bolt("c", PassBolt()).shuffle_grouping("c").shuffle_grouping("b")
+    b.set_bolt("d", PassBolt()).shuffle_grouping("a")  # a DAG branch: no back edge
+    topo = b.create_topology()
+    assert topo.back_edges == {("b", "a"), ("c", "c")}
+    with_ackers = topo.with_ackers(2)
+    assert {c: t for c, t in with_ackers.component_tasks.items() if c != "__acker"} == dict(
+        topo.component_tasks)
+    assert with_ackers.acker_tasks == (topo.num_tasks + 1, topo.num_tasks + 2)
+    # every spout and bolt task sends to the ackers; the ackers send to the spouts
+    assert set(with_ackers.downstream_tasks("b")) >= set(with_ackers.acker_tasks)
+    assert with_ackers.downstream_tasks("__acker") == list(topo.component_tasks["s"])
+    assert set(with_ackers.upstream_tasks("s")) == set(with_ackers.acker_tasks)

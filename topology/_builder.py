@@ -163,6 +163,42 @@ class StormTopology:
         return StormTopology(dict(self._user), ackers)
 
     @property
+    def back_edges(self) -> frozenset[tuple[str, str]]:
+        """The subscriptions that close a cycle: ``(source, bolt)`` pairs found as back edges
+        by a depth-first search from the spouts (in sorted id order). Every cycle of the
+        graph contains at least one; their sends never block (see actors/_executor.py)."""
+        cached = getattr(self, "_back_edges", None)
+        if cached is not None:
+            return cached
+        succ: dict[str, list[str]] = {c: [] for c in self._user}
+        for cid, spec in self._user.items():
+            for g in spec.inputs:
+                if cid not in succ[g.source]:
+                    succ[g.source].append(cid)
+        for v in succ.values():
+            v.sort()
+        back: set[tuple[str, str]] = set()
+        state: dict[str, int] = {}  # 1 on the stack, 2 done
+
+        def visit(u: str) -> None:
+            state[u] = 1
+            for v in succ[u]:
+                if state.get(v) == 1:
+                    back.add((u, v))
+                elif v not in state:
+                    visit(v)
+            state[u] = 2
+
+        for c in sorted(self._user):
+            if self._user[c].is_spout and c not in state:
+                visit(c)
+        for c in sorted(self._user):  # components no spout reaches (validation forbids)
+            if c not in state:
+                visit(c)
+        self._back_edges = frozenset(back)
+        return self._back_edges
+
+    @property
     def acker_tasks(self) -> tuple[int, ...]:
         """Task ids of the ackers (empty when acking is off)."""
         return self._tasks.get(ACKER_ID, ())
