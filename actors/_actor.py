@@ -144,7 +144,6 @@ class ExecutorActor:
         # backpressure status; see benchmarks/halt_lag.py for the effect.
         sys.setswitchinterval(float(os.environ.get("STORM_ON_RAY_SWITCH_INTERVAL", "0.0005")))
         self.core = ExecutorCore(topology_name, topology, conf, task_id, task_worker)
-        self._bad_frame_logged_at = 0.0
         self._max_frame = self.core.conf["topology.transfer.max.frame.bytes"]
         self._sinks: list[ActorSink] = []
         self._transfer = None
@@ -270,9 +269,7 @@ class ExecutorActor:
     def _bad_frame(self, e: Exception) -> None:
         core = self.core
         core.bad_frames += 1
-        now = time.time()
-        if now - self._bad_frame_logged_at > 10:
-            self._bad_frame_logged_at = now
+        if core.log_throttle.allow("bad_frame"):
             logger.warning("%s:%d dropped a bad frame (%d so far): %s", core.component_id,
                            core.task_id, core.bad_frames, e)
 

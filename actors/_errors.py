@@ -28,6 +28,27 @@ class ErrorInfo:
         return asdict(self)
 
 
+class LogThrottle:
+    """Lets a log line of each kind through at most once per ``interval_s`` (drops, bad
+    frames and other input that is counted in stats and must not flood the log).
+
+    Args:
+        interval_s: seconds between two lines of one kind.
+    """
+
+    def __init__(self, interval_s: float = 10.0) -> None:
+        self.interval_s = interval_s
+        self._last: dict[str, float] = {}
+
+    def allow(self, kind: str) -> bool:
+        """True if a line of ``kind`` may be logged now (and starts a new interval)."""
+        now = time.monotonic()
+        if now - self._last.get(kind, -1e18) < self.interval_s:
+            return False
+        self._last[kind] = now
+        return True
+
+
 class ErrorReporter:
     """Counts every error; logs at most ``max_per_interval`` per ``interval_s`` (Storm's
     ``topology.error.throttle.interval.secs`` / ``topology.max.error.report.per.interval``),

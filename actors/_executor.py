@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from actors._errors import ErrorReporter
+from actors._errors import ErrorReporter, LogThrottle
 from actors._routing import build_routers, stream_table
 from backpressure import (
     BackPressureStatus,
@@ -179,7 +179,7 @@ class ExecutorCore:
         self._bp_seq = 0
         self._resend_size = c["topology.backpressure.resend.size"]
         self.bp_reports = 0
-        self._drop_logged_at = 0.0
+        self.log_throttle = LogThrottle(c["topology.error.throttle.interval.secs"])
         # sending side: which remote tasks are backlogged, and the halt-lags seen
         self.remote_bp = RemoteBackPressure()
         self.halt_lags_s: deque = deque(maxlen=1000)
@@ -490,6 +490,7 @@ class ExecutorCore:
             e[3] = True
         elif s == ACK_RESET:
             e[2] = time.monotonic()
+            tree[root] = tree.pop(root)  # now the newest: the dict stays in time order
             if e[1] >= 0:
                 self._transfer(e[1], (ACKER_RESET, [root]))
             return
@@ -497,29 +498,26 @@ class ExecutorCore:
             del tree[root]
             self.acked += not e[3]
             self.failed += e[3]
-            self._transfer(e[1], (ACKER_FAILED, [root]) if e[3] else
-                           (ACKER_ACKED, [root, int((time.monotonic() - e[2]) * 1000)]))
+            self._transfer(e[1], ((ACKER_FAILED if e[3] else ACKER_ACKED), [root]))
 
     def _expire(self, now: float) -> None:
         """Time out what waited longer than ``topology.message.timeout.secs``: the spout
-        fails its pending tuples (Storm's "TIMEOUT"); the acker forgets their trees."""
+        fails its pending tuples (Storm's "TIMEOUT"); the acker forgets their trees. Both
+        dicts are kept oldest first (a reset moves an entry to the end), so this stops at
+        the first entry still in time."""
         if self.timeout_s <= 0:
             return
         limit = now - self.timeout_s
-        if self.is_acker:
-            # entries are not reordered on reset; scan all (bounded by pending tuples)
-            for root in [r for r, e in self._tree.items() if e[2] < limit]:
-                del self._tree[root]
-            return
-        p = self.pending_tuples
-        while p:
-            root, entry = next(iter(p.items()))
-            if entry[1] >= limit:
+        entries, at = (self._tree, 2) if self.is_acker else (self.pending_tuples, 1)
+        while entries:
+            root, entry = next(iter(entries.items()))
+            if entry[at] >= limit:
                 break
-            del p[root]
-            self.timeouts += 1
-            self.failed += 1
-            self._user_fail(entry[0])
+            del entries[root]
+            if not self.is_acker:
+                self.timeouts += 1
+                self.failed += 1
+                self._user_fail(entry[0])
 
     def _user_ack(self, msg_id: Any) -> None:
         try:
@@ -605,15 +603,13 @@ class ExecutorCore:
         lost: list | None = [] if limit is not None and self.ackers else None
         if elements and elements[-1][1] == EOS_STREAM:  # the end of stream is never dropped
             _, dropped = q.publish_remote(elements[:-1], limit=limit, dropped_out=lost)
-            q.publish_remote(elements[-1:], droppable=False)
+            q.publish_remote(elements[-1:], limit=0)
         else:
             _, dropped = q.publish_remote(elements, limit=limit, dropped_out=lost)
         if lost:
             self._fail_dropped(lost)
         if dropped:
-            now = time.time()
-            if now - self._drop_logged_at >= self.conf["topology.error.throttle.interval.secs"]:
-                self._drop_logged_at = now
+            if self.log_throttle.allow("dropped"):
                 logger.warning("%s:%d: overflow at its limit (%d): dropped %d tuples (%d so "
                                "far)", self.component_id, self.task_id, q.overflow_limit,
                                dropped, q.dropped_messages)

@@ -47,6 +47,7 @@ from actors._codec import (
     decode_transfer,
     encode_status,
 )
+from actors._errors import LogThrottle
 from backpressure import BackPressureStatus, RemoteBackPressure, WorkerBackPressure
 
 logger = logging.getLogger("storm_on_ray.transfer")
@@ -81,7 +82,7 @@ class TransferActor:
         self._destinations: dict[int, frozenset[int]] = {}
         self._peers: dict[int, ray.actor.ActorHandle] = {}
         self._lock = threading.Lock()  # counters
-        self._logged_at: dict[str, float] = {}
+        self._log_throttle = LogThrottle(_LOG_EVERY_S)
         # where the halt-lag goes: ms from a backlog's start to its report arriving here
         # (from a local executor) and to a peer's status naming it arriving here
         self._report_lags: deque = deque(maxlen=1000)
@@ -236,7 +237,5 @@ class TransferActor:
         }
 
     def _log(self, key: str, msg: str, *args) -> None:
-        now = time.monotonic()
-        if now - self._logged_at.get(key, -1e9) >= _LOG_EVERY_S:
-            self._logged_at[key] = now
+        if self._log_throttle.allow(key):
             logger.warning("worker %d: " + msg, self.worker_id, *args)

@@ -208,7 +208,7 @@ class JCQueue:
             self._arrivals.notify(n)
             return n
 
-    def publish_remote(self, items: list, droppable: bool = True, limit: int | None = None,
+    def publish_remote(self, items: list, limit: int | None = None,
                        dropped_out: list | None = None) -> tuple[int, int]:
         """Insert a batch that arrived from another worker; never blocks.
 
@@ -219,10 +219,9 @@ class JCQueue:
         overflowQ, see seeds/storm2-backpressure-model.txt §2b-c.
 
         Args:
-            droppable: False for control elements (end of stream), which go to the
-                overflow even at its limit: dropping one would stall the stream, not shed load.
             limit: an overflow limit for this call instead of ``overflow_limit`` (a back
-                edge's cap).
+                edge's cap); 0 = unbounded, for control elements such as the end of
+                stream, whose loss would stall the stream rather than shed load.
             dropped_out: when given, the dropped elements are appended to it.
 
         Returns:
@@ -247,7 +246,7 @@ class JCQueue:
                 self._ov_barrier = self._q_in
             take = rest
             cap = self.overflow_limit if limit is None else limit
-            if cap > 0 and droppable:
+            if cap > 0:
                 take = max(0, min(rest, cap - len(ov)))
             if take:
                 ov.extend(islice(items, n, n + take))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from topology import Bolt, Spout
+from topology import Bolt, CollectorBolt, Spout, TopologyBuilder
 
 
 class GenSpout(Spout):
@@ -74,3 +74,13 @@ class CountMultiplesOf3(Bolt):
     def finish(self):
         for k, n in self.counts.items():
             self.emit((k, n))
+
+
+def build(n: int, work_us: float = 0.0, msg_ids: bool = False):
+    """The benchmark topology: gen → double (shuffle) → count (fields on k) → sink."""
+    b = TopologyBuilder()
+    b.set_spout("gen", GenSpout(n, msg_ids=msg_ids))
+    b.set_bolt("double", DoubleBolt()).shuffle_grouping("gen")
+    b.set_bolt("count", CountMultiplesOf3(work_us)).fields_grouping("double", ["k"])
+    b.set_bolt("sink", CollectorBolt()).global_grouping("count")
+    return b.create_topology()

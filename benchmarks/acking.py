@@ -15,9 +15,7 @@ Writes benchmarks/results/acking.json; the last line is `key=value ...`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -29,23 +27,13 @@ import ray  # noqa: E402
 import ray.cloudpickle  # noqa: E402
 
 import benchmarks._pipeline as pipeline  # noqa: E402
+from benchmarks._common import quantile, write_result  # noqa: E402
 from cluster import LocalCluster  # noqa: E402
-from topology import CollectorBolt, TopologyBuilder, make_config  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def build(n: int, msg_ids: bool):
-    b = TopologyBuilder()
-    b.set_spout("gen", pipeline.GenSpout(n, msg_ids=msg_ids))
-    b.set_bolt("double", pipeline.DoubleBolt()).shuffle_grouping("gen")
-    b.set_bolt("count", pipeline.CountMultiplesOf3()).fields_grouping("double", ["k"])
-    b.set_bolt("sink", CollectorBolt()).global_grouping("count")
-    return b.create_topology()
+from topology import make_config  # noqa: E402
 
 
 def run(cluster: LocalCluster, n: int, conf: dict, msg_ids: bool) -> dict:
-    handle = cluster.submit_topology("acking", conf, build(n, msg_ids))
+    handle = cluster.submit_topology("acking", conf, pipeline.build(n, msg_ids=msg_ids))
     t0 = time.perf_counter()
     assert handle.wait(900), handle.stats().summary()
     dt = time.perf_counter() - t0
@@ -56,11 +44,6 @@ def run(cluster: LocalCluster, n: int, conf: dict, msg_ids: bool) -> dict:
     spout = s.component("gen")[0]
     return {"seconds": dt, "tuples_per_s": n / dt, "acked": spout.acked,
             "failed": failed, "counted": got, "latencies_ms": spout.complete_latencies_ms}
-
-
-def quantile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def main() -> None:
@@ -82,8 +65,6 @@ def main() -> None:
     assert on["acked"] == n and on["failed"] == 0, on
     lat = on["latencies_ms"]
     result = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "ray": ray.__version__},
         "tuples": n, "config_on": make_config(on_conf), "config_off": make_config(off_conf),
         "ack_off": {k: v for k, v in off.items() if k != "latencies_ms"},
         "ack_on": {k: v for k, v in on.items() if k != "latencies_ms"},
@@ -91,8 +72,7 @@ def main() -> None:
         "ack_latency_ms": {"p50": quantile(lat, 0.5), "p99": quantile(lat, 0.99),
                            "samples": len(lat)},
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "acking.json").write_text(json.dumps(result, indent=2, default=str))
+    write_result("acking", result)
     print(f"ack off {off['tuples_per_s']:,.0f} tuples/s; ack on {on['tuples_per_s']:,.0f} "
           f"tuples/s ({n:,} acked, 0 failed)")
     print(f"acking_ratio={result['acking_ratio']:.2f} "

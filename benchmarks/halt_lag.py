@@ -23,9 +23,7 @@ Writes benchmarks/results/halt_lag.json; the last line is `key=value ...`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -38,15 +36,9 @@ import ray  # noqa: E402
 import ray.cloudpickle  # noqa: E402
 
 import benchmarks._pipeline as pipeline  # noqa: E402
+from benchmarks._common import quantile, write_result  # noqa: E402
 from cluster import LocalCluster  # noqa: E402
 from topology import TopologyBuilder, make_config  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def quantile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def _p50(xs: list[float]) -> float | None:
@@ -82,8 +74,6 @@ def main() -> None:
     if not lags:
         raise SystemExit("no halt-lag samples: the consumer never became backlogged")
     result = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "ray": ray.__version__},
         "seconds": args.seconds, "consumer_work_us_per_tuple": args.work_us,
         "config": make_config(conf), "samples": len(lags),
         "halt_lag_ms": {"p50": quantile(lags, 0.5), "p90": quantile(lags, 0.9),
@@ -98,8 +88,7 @@ def main() -> None:
         "lag_at_sending_transfer_ms_p50": _p50(s.workers[0].counters["status_lags_ms"]),
         "all_lags_ms": sorted(round(x, 3) for x in lags),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "halt_lag.json").write_text(json.dumps(result, indent=2, default=str))
+    write_result("halt_lag", result)
     h = result["halt_lag_ms"]
     print(f"{len(lags)} halt-lag samples over {args.seconds:.0f} s: p50 {h['p50']:.2f} ms, "
           f"p90 {h['p90']:.2f} ms, p99 {h['p99']:.2f} ms, max {h['max']:.2f} ms; "

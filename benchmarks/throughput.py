@@ -27,9 +27,7 @@ Writes benchmarks/results/throughput.json; the last line is `key=value ...`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -42,10 +40,9 @@ import ray  # noqa: E402
 import ray.cloudpickle  # noqa: E402
 
 import benchmarks._pipeline as pipeline  # noqa: E402
+from benchmarks._common import write_result  # noqa: E402
 from cluster import LocalCluster  # noqa: E402
-from topology import CollectorBolt, TopologyBuilder, make_config  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from topology import TopologyBuilder, make_config  # noqa: E402
 
 
 def expected_counts(n: int) -> dict:
@@ -82,17 +79,8 @@ def ray_data(n: int) -> tuple[float, dict]:
     return dt, {r["k"]: r["count()"] for r in rows}
 
 
-def build(n: int, work_us: float = 0.0):
-    b = TopologyBuilder()
-    b.set_spout("gen", pipeline.GenSpout(n))
-    b.set_bolt("double", pipeline.DoubleBolt()).shuffle_grouping("gen")
-    b.set_bolt("count", pipeline.CountMultiplesOf3(work_us)).fields_grouping("double", ["k"])
-    b.set_bolt("sink", CollectorBolt()).global_grouping("count")
-    return b.create_topology()
-
-
 def ours(cluster: LocalCluster, n: int, conf: dict) -> tuple[float, dict]:
-    handle = cluster.submit_topology("throughput", conf, build(n))
+    handle = cluster.submit_topology("throughput", conf, pipeline.build(n))
     t0 = time.perf_counter()
     assert handle.wait(600), handle.stats().summary()
     dt = time.perf_counter() - t0
@@ -114,7 +102,7 @@ def queued_bound(conf: dict, n_tasks: int, edges: int, remote_edges: int = 0) ->
 
 def overload(cluster: LocalCluster, seconds: float, conf: dict) -> dict:
     name = f"overload-{make_config(conf)['topology.workers']}w"
-    handle = cluster.submit_topology(name, conf, build(10**12, work_us=40.0))
+    handle = cluster.submit_topology(name, conf, pipeline.build(10**12, work_us=40.0))
     procs = [psutil.Process(ray.get(a.pid.remote())) for a in handle.actors.values()]
     procs += [psutil.Process(ray.get(t.stats.remote())["pid"])
               for t in handle.transfers.values()]
@@ -197,8 +185,6 @@ def main() -> None:
     assert c_rd == expected, "Ray Data counts differ"
 
     result = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "ray": ray.__version__},
         "tuples": n, "config": make_config(conf),
         "seconds": {"storm_on_ray": t_ours, "storm_on_ray_2_workers": t_ours2,
                     "ray_data_per_row": t_rd, "plain_loop": t_plain},
@@ -243,8 +229,7 @@ def main() -> None:
                     f"overload2w_rss_mb_first_half={ov['rss_mb_first_half_peak']} "
                     f"overload2w_rss_mb_second_half={ov['rss_mb_second_half_peak']}")
     cluster.shutdown()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "throughput.json").write_text(json.dumps(result, indent=2, default=str))
+    write_result("throughput", result)
     for k, v in rates.items():
         print(f"{k:>18}: {v:>12,.0f} tuples/s")
     print(summary)
