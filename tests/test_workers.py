@@ -138,7 +138,9 @@ def _injection_topology(name, cluster, extra=None):
     """Spout task 1 (worker 0) → slow sink task 2 (worker 1), frames injected by hand."""
     b = TopologyBuilder()
     b.set_spout("a_src", SilentSpout())
-    b.set_bolt("b_sink", SlowCollector(0.5)).shuffle_grouping("a_src")
+    # 2 s per tuple: the 4 queued tuples alone outlast the test, so the overflow never
+    # drains (and the backlog never clears) while it runs, however loaded the host
+    b.set_bolt("b_sink", SlowCollector(2.0)).shuffle_grouping("a_src")
     conf = {"topology.workers": 2, "topology.executor.receive.buffer.size": 4,
             "topology.producer.batch.size": 2, "topology.backpressure.resend.size": 20,
             "topology.transfer.max.frame.bytes": 64 * 1024, **(extra or {})}
@@ -155,7 +157,7 @@ def test_status_reminders_and_late_connection(cluster, name):
     try:
         s = handle.stats()
         assert [w.statuses_sent for w in s.workers] == [0, 0], "no status while none is late"
-        # 10 tuples for a queue of 4 whose consumer takes 0.5 s each: 6 go to the overflow
+        # 10 tuples for a queue of 4 whose consumer takes 2 s each: 6 go to the overflow
         assert ray.get(ta1.deliver.remote(encode_transfer(0, [(2, _frame(0, 0, 10))]))) == [0]
         until(lambda: handle.stats().component("a_src")[0].remote_backlogged == [2], 30,
                "the spout learning that task 2 is backlogged")
