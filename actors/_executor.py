@@ -791,12 +791,15 @@ class ExecutorCore:
                 continue
             bp_idle = 0
             if exhausted:
-                if not self.pending_tuples:
+                # a fail first: it may have emptied pending_tuples, and its item must be
+                # replayed before the stream can end
+                if self._fails_since_exhausted:
+                    exhausted = False
+                elif not self.pending_tuples:
                     return
-                if not self._fails_since_exhausted:
+                else:
                     idle = self.idle_wait.idle(idle) if recv <= 1 else 0
                     continue
-                exhausted = False
             if max_pending is not None and len(self.pending_tuples) >= max_pending:
                 idle = self.idle_wait.idle(idle) if recv <= 1 else 0
                 continue

@@ -102,3 +102,32 @@ def test_bolt_ends_after_all_upstream_markers_and_calls_finish_once():
     assert bolt.done.wait(10)
     assert bolt.state == "done" and bolt.executed == 100
     assert bolt.obj.counts == {f"k{i}": 10 for i in range(10)}
+
+
+def test_a_fail_that_empties_pending_is_replayed_before_the_stream_ends():
+    """The spout has emitted everything and waits for its last tree; that tree fails. The
+    item must be emitted again, not the stream ended with it lost."""
+    from actors._executor import ACKER_FAILED
+    from topology import IterableSpout
+
+    b = TopologyBuilder()
+    b.set_spout("src", IterableSpout([(7,)], fields=("v",), msg_ids=True))
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("src")
+    topo = b.create_topology().with_ackers(1)  # sink=1, src=2, acker=3
+    workers = {1: 0, 2: 0, 3: 0}
+    conf = {**CONF, "topology.producer.batch.size": 1}
+    spout = ExecutorCore("t", topo, conf, 2, workers)
+    sink = ExecutorCore("t", topo, conf, 1, workers)
+    acker = ExecutorCore("t", topo, conf, 3, workers)
+    spout.connect({1: ExecutorCore.make_queue_sink(sink.queue, 2),
+                   3: ExecutorCore.make_queue_sink(acker.queue, 2)})
+    spout.start()
+    try:
+        _until(lambda: len(spout.pending_tuples) == 1)
+        (root,) = spout.pending_tuples
+        assert spout.queue.try_publish_direct((3, ACKER_FAILED, [root]))
+        _until(lambda: spout.emitted == 2 or spout.done.is_set())
+        assert spout.emitted == 2 and not spout.done.is_set()
+        assert len(spout.pending_tuples) == 1 and spout.obj.failed_ids == [0]
+    finally:
+        spout.stop()
