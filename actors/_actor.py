@@ -19,12 +19,16 @@ import threading
 import time
 
 import ray
+from ray.exceptions import RayActorError
 
 from actors._codec import FrameError, decode_batch, decode_status, encode_batch, encode_transfer
-from actors._executor import ExecutorCore
+from actors._executor import EOS_STREAM, ExecutorCore
+from actors._transfer import FRAME_LOST, executor_name, transfer_name
 from backpressure import BackPressureStatus
 
 logger = logging.getLogger("storm_on_ray.actor")
+
+_EOS_ITEM = (EOS_STREAM, None)
 
 
 def _deliver(transfer, src_worker: int, dest_task: int, frame: bytes):
@@ -44,6 +48,13 @@ class ActorSink:
     ``pending_emits``, and memory in transit stays bounded by
     ``max_inflight × topology.producer.batch.size`` per (sender, receiver) pair.
 
+    Failures: a call that fails because the receiver (or the transfer actor in between)
+    died, or that the transfer actor answers with :data:`FRAME_LOST`, means frames may be
+    lost. The sink then starts a new epoch (a larger number, seq from 0; see
+    ``ExecutorCore.accept_frame``), forgets the calls in flight (their tuples replay through
+    acking) and, if this task already ended its stream, sends its end-of-stream marker
+    again. Ray queues calls to an actor while it restarts, so nothing else waits.
+
     Args:
         send: ``send(frame) -> ObjectRef``: the receiver's ``receive``, or for a task in
             another worker, a one-frame delivery to that worker's transfer actor (whose
@@ -54,7 +65,7 @@ class ActorSink:
     """
 
     __slots__ = ("_send", "_src", "_max", "_inflight", "_core", "dest", "sent_batches",
-                 "_remote", "_next", "_acked")
+                 "_remote", "_next", "_acked", "_epoch", "resets")
 
     def __init__(self, send, src_task: int, dest_task: int, max_inflight: int,
                  core: ExecutorCore, remote: bool = False) -> None:
@@ -67,21 +78,40 @@ class ActorSink:
         self._core = core
         self._next = 0  # seq of the next frame
         self._acked = -1  # highest seq the receiver has acknowledged
+        # a restarted sender starts above any epoch of its earlier incarnation
+        self._epoch = time.time_ns() if core.reconstructed else 0
         self.sent_batches = 0
+        self.resets = 0
 
     def _reap(self) -> None:
         ready, self._inflight = ray.wait(self._inflight, num_returns=len(self._inflight),
                                          timeout=0, fetch_local=True)
+        lost = False
         for ref in ready:
             try:
                 ack = ray.get(ref)
-            except Exception as e:  # the receiver died or raised: make it visible
+            except RayActorError:  # the receiver or the transfer actor died
+                lost = True
+                continue
+            except Exception as e:  # the receiver raised: a bug, make it visible
                 self._core.errors.report(e, f"send to task {self.dest}")
                 continue
             if isinstance(ack, list):
                 ack = ack[0] if ack else None
-            if isinstance(ack, int) and ack > self._acked:
+            if ack == FRAME_LOST:
+                lost = True
+            elif isinstance(ack, int) and ack > self._acked:
                 self._acked = ack
+        if lost:
+            self._reset()
+
+    def _reset(self) -> None:
+        """Frames may be lost: start a new epoch (see the class docstring)."""
+        self.resets += 1
+        self._epoch = max(time.time_ns(), self._epoch + 1)
+        self._next, self._acked, self._inflight = 0, -1, []
+        if self._core.state in ("ending", "done"):  # the receiver may lack our end marker
+            self._send_frame([_EOS_ITEM])
 
     def unacked(self) -> int:
         """Frames sent to the destination and not yet acknowledged (reaps finished calls)."""
@@ -99,8 +129,11 @@ class ActorSink:
             return 0
         if self._next - 1 - self._acked >= self._max and self.unacked() >= self._max:
             return 0
+        return self._send_frame(items)
+
+    def _send_frame(self, items: list) -> int:
         try:
-            frame = encode_batch(self._src, items, self._next)
+            frame = encode_batch(self._src, items, self._next, self._epoch)
         except TypeError:
             frame = self._encode_skipping_bad(items)
         self._inflight.append(self._send(frame))
@@ -116,16 +149,25 @@ class ActorSink:
                 good.append(it)
             except TypeError as e:
                 self._core.errors.report(e, "emit (serialisation)")
-        return encode_batch(self._src, good, self._next)
+        return encode_batch(self._src, good, self._next, self._epoch)
 
     def outstanding(self) -> int:
         return self._next - 1 - self._acked
 
 
-@ray.remote(concurrency_groups={"data": 1, "remote": 1, "control": 1, "wait": 1},
-            max_restarts=0)
+@ray.remote(concurrency_groups={"data": 1, "remote": 1, "control": 1, "wait": 1})
 class ExecutorActor:
     """A Storm executor as a Ray actor (one task). See :class:`ExecutorCore`.
+
+    Restarts (Storm's supervisor restarting a dead worker): submitted with Ray's
+    ``max_restarts`` (``topology.executor.max.restarts``), so when the process dies Ray
+    runs ``__init__`` again in a new one. That instance rejoins by itself: it finds the
+    executors and transfer actors it sends to by their actor names, takes the current
+    backpressure status from its worker's transfer actor, tells it that its task is not
+    backlogged (its queue is new and empty), counts upstream tasks that already ended their
+    stream as ended, and starts (``open``/``prepare`` again). What the dead instance held
+    (queued tuples, a spout's pending tuples, an acker's trees) is lost; with acking, those
+    trees fail or time out and the spouts replay them.
 
     Args:
         topology_name: the name given at submit.
@@ -133,9 +175,12 @@ class ExecutorActor:
         conf: the validated topology config.
         task_id: the task this actor runs.
         task_worker: task id → worker index.
+        prefix: the actor-name prefix of this submit (see :func:`executor_name`); None for
+            an unnamed actor that cannot rejoin.
     """
 
-    def __init__(self, topology_name, topology, conf, task_id, task_worker) -> None:
+    def __init__(self, topology_name, topology, conf, task_id, task_worker,
+                 prefix: str | None = None) -> None:
         if not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO,
                                 format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -148,6 +193,42 @@ class ExecutorActor:
         self._sinks: list[ActorSink] = []
         self._transfer = None
         self._bp_thread: threading.Thread | None = None
+        self._prefix = prefix
+        if prefix is not None and ray.get_runtime_context().was_current_actor_reconstructed:
+            self.core.reconstructed = True
+            self._rejoin()
+
+    def _rejoin(self, timeout: float = 60.0) -> None:
+        """Wire and start this restarted instance (see the class docstring)."""
+        core, prefix = self.core, self._prefix
+        logger.warning("%s:%d: restarted by Ray; rejoining topology %r", core.component_id,
+                       core.task_id, core.topology_name)
+        handles = {t: ray.get_actor(executor_name(prefix, t)) for t in core.destinations
+                   if t != core.task_id}
+        workers = {core.task_worker.get(t, 0) for t in core.destinations} | {core.worker}
+        transfers = {}
+        if len(set(core.task_worker.values())) > 1:
+            transfers = {w: ray.get_actor(transfer_name(prefix, w)) for w in workers}
+        self.connect(handles, transfers)
+        if self._transfer is not None:
+            try:
+                for wire in ray.get(self._transfer.remote_statuses.remote(), timeout=timeout):
+                    self.apply_backpressure(wire)
+            except Exception as e:  # the transfer actor restarts too: statuses will come
+                core.errors.report(e, "rejoin (backpressure status)")
+            self._notify(core.current_report())
+        ups = sorted(core.upstream_open)
+        if ups:
+            done = []
+            for t in ups:
+                try:
+                    if ray.get(ray.get_actor(executor_name(prefix, t)).is_done.remote(),
+                               timeout=timeout):
+                        done.append(t)
+                except Exception as e:  # restarting too: its end marker will come
+                    core.errors.report(e, f"rejoin (state of task {t})")
+            core.upstream_open.difference_update(done)
+        self.start()
 
     @ray.method(concurrency_group="control")
     def connect(self, handles: dict, transfers: dict | None = None) -> None:
@@ -227,8 +308,8 @@ class ExecutorActor:
         """
         core = self.core
         try:
-            src, seq, items = decode_batch(frame, self._max_frame, len(core.streams))
-            ack, report = core.accept_frame(src, seq, items, remote=True)
+            src, epoch, seq, items = decode_batch(frame, self._max_frame, len(core.streams))
+            ack, report = core.accept_frame(src, seq, items, True, epoch)
         except (FrameError, ValueError) as e:
             self._bad_frame(e)
             return None
@@ -258,8 +339,8 @@ class ExecutorActor:
         """
         core = self.core
         try:
-            src, seq, items = decode_batch(frame, self._max_frame, len(core.streams))
-            return core.accept_frame(src, seq, items, remote=False)[0]
+            src, epoch, seq, items = decode_batch(frame, self._max_frame, len(core.streams))
+            return core.accept_frame(src, seq, items, False, epoch)[0]
         except (FrameError, ValueError) as e:
             self._bad_frame(e)
             return None
@@ -278,6 +359,7 @@ class ExecutorActor:
         s = self.core.stats()
         s["inflight_batches"] = sum(x.outstanding() for x in self._sinks)
         s["sent_batches"] = sum(x.sent_batches for x in self._sinks)
+        s["sink_resets"] = sum(x.resets for x in self._sinks)
         return s
 
     @ray.method(concurrency_group="control")
@@ -291,6 +373,17 @@ class ExecutorActor:
         has none): introspection for tests and notebooks, e.g. a spout's acked ids."""
         v = getattr(self.core.obj, attr, None)
         return list(v) if isinstance(v, (list, tuple, set, frozenset)) else v
+
+    @ray.method(concurrency_group="control")
+    def is_done(self) -> bool:
+        """True once this task has ended its stream (never blocks)."""
+        return self.core.done.is_set() and self.core.state == "done"
+
+    @ray.method(concurrency_group="control")
+    def backpressure_report(self) -> tuple:
+        """This task's current backpressure state as a transfer-actor report
+        ``(task, backlogged, since, seq, reminder)`` (for a restarted transfer actor)."""
+        return self.core.current_report()
 
     @ray.method(concurrency_group="control")
     def pid(self) -> int:

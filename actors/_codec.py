@@ -1,9 +1,11 @@
 """The msgpack wire codec for tuple batches (never pickle: a peer must not run code in us).
 
-A frame is ``msgpack([src_task, seq, [[stream_index, values(, anchors)], ...]])``, where
-``anchors`` (acking only) is ``[[root_id, edge_xor], ...]``; ``seq`` numbers the
-frames of one (sender, receiver) pair from 0, so the receiver restores their order (Ray does
-not order calls to threaded or asyncio actors) and acknowledges them cumulatively. Values
+A frame is ``msgpack([src_task, epoch, seq, [[stream_index, values(, anchors)], ...]])``,
+where ``anchors`` (acking only) is ``[[root_id, edge_xor], ...]``; ``seq`` numbers the
+frames of one (sender, receiver) pair from 0 within an ``epoch``, so the receiver restores
+their order (Ray does not order calls to threaded or asyncio actors) and acknowledges them
+cumulatively. The sender starts a new, larger ``epoch`` (from 0 again) when frames may
+have been lost: it restarted, or the receiver or a transfer actor between them died. Values
 are msgpack's own types plus these extension types, so Spark rows survive the trip:
 
 =====  ==========================  ==============================
@@ -73,19 +75,19 @@ def _ext_hook(code: int, data: bytes) -> Any:
 _packer_opts = {"default": _default, "use_bin_type": True, "strict_types": False}
 
 
-def encode_batch(src_task: int, items: list, seq: int = 0) -> bytes:
+def encode_batch(src_task: int, items: list, seq: int = 0, epoch: int = 0) -> bytes:
     """Serialise one batch of ``(stream_index, values)`` from ``src_task``, the ``seq``-th
-    frame from it to its receiver.
+    frame of ``epoch`` from it to its receiver.
 
     Raises:
         TypeError: a value of a type the wire cannot carry (named in the message).
     """
-    return msgpack.packb([src_task, seq, items], **_packer_opts)
+    return msgpack.packb([src_task, epoch, seq, items], **_packer_opts)
 
 
 def decode_batch(frame: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 num_streams: int | None = None) -> tuple[int, int, list]:
-    """Parse a frame into ``(src_task, seq, [[stream_index, values], ...])``.
+                 num_streams: int | None = None) -> tuple[int, int, int, list]:
+    """Parse a frame into ``(src_task, epoch, seq, [[stream_index, values], ...])``.
 
     Args:
         num_streams: when given, a stream index must be below it (or be the end-of-stream
@@ -105,11 +107,12 @@ def decode_batch(frame: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         raise
     except Exception as e:
         raise FrameError(f"undecodable frame ({type(e).__name__}: {e})") from None
-    if (not isinstance(obj, list) or len(obj) != 3 or not isinstance(obj[0], int)
-            or not isinstance(obj[1], int) or obj[1] < 0 or not isinstance(obj[2], list)):
-        raise FrameError("frame is not [src_task, seq, [[stream, values], ...]]")
+    if (not isinstance(obj, list) or len(obj) != 4 or not isinstance(obj[0], int)
+            or not isinstance(obj[1], int) or obj[1] < 0
+            or not isinstance(obj[2], int) or obj[2] < 0 or not isinstance(obj[3], list)):
+        raise FrameError("frame is not [src_task, epoch, seq, [[stream, values], ...]]")
     limit = num_streams if num_streams is not None else 2**63
-    for item in obj[2]:
+    for item in obj[3]:
         if (not isinstance(item, list) or not 2 <= len(item) <= 3
                 or not isinstance(item[0], int)
                 or not (item[1] is None or isinstance(item[1], list))
@@ -117,7 +120,7 @@ def decode_batch(frame: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
             raise FrameError("frame item is not [stream_index, values(, anchors)]")
         if not MIN_STREAM_INDEX <= item[0] < limit:
             raise FrameError(f"unknown stream index {item[0]}")
-    return obj[0], obj[1], obj[2]
+    return obj[0], obj[1], obj[2], obj[3]
 
 
 # -- worker to worker ------------------------------------------------------------------------

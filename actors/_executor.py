@@ -176,7 +176,7 @@ class ExecutorCore:
         # queue lives in this process); reports go to the worker's transfer actor
         self.bp_tracker = BackPressureTracker(self.worker, {task_id: self.queue})
         self._bp_lock = threading.Lock()
-        self._bp_seq = 0
+        self._bp_seq = time.time_ns()  # above any report of an earlier incarnation
         self._resend_size = c["topology.backpressure.resend.size"]
         self.bp_reports = 0
         self.log_throttle = LogThrottle(c["topology.error.throttle.interval.secs"])
@@ -184,10 +184,16 @@ class ExecutorCore:
         self.remote_bp = RemoteBackPressure()
         self.halt_lags_s: deque = deque(maxlen=1000)
         self.remote_refusals = 0
-        # ordering of incoming frames: src task -> [next expected seq, {seq: early items}]
+        # ordering of incoming frames: src task -> [next expected seq, {seq: early items},
+        # the sender's epoch]
         self._inbound: dict[int, list] = {}
+        #: this instance replaces one that died (Ray re-ran ``__init__``)
+        self.reconstructed = False
         self.duplicate_frames = 0
         self.early_frames = 0
+        self.stale_frames = 0
+        self.epoch_resets = 0
+        self.lost_frames = 0
         tasks = topology.component_tasks
         self.context = TopologyContext(
             topology_name, self.component_id, task_id,
@@ -533,9 +539,9 @@ class ExecutorCore:
             self.errors.report(e, "fail")
 
     # -- receive path (any thread) -------------------------------------------------------
-    def accept_frame(self, src_task: int, seq: int, items: list,
-                     remote: bool) -> tuple[int, tuple | None]:
-        """Take the ``seq``-th decoded batch from ``src_task``, in order.
+    def accept_frame(self, src_task: int, seq: int, items: list, remote: bool,
+                     epoch: int = 0) -> tuple[int | None, tuple | None]:
+        """Take the ``seq``-th decoded batch of ``epoch`` from ``src_task``, in order.
 
         Ray does not order calls to threaded or asyncio actors, so frames of one
         (sender, receiver) pair are numbered: a frame that arrives early waits (at most the
@@ -544,10 +550,16 @@ class ExecutorCore:
         worker) never block (see :meth:`receive_remote_items`); local ones block while the
         receive queue is full, which holds the sender's credit.
 
+        Restarts: a sender that may have lost frames (it restarted, or its receiver or a
+        transfer actor between them died) starts a larger ``epoch`` from seq 0; frames
+        held back for the older epoch are dropped (with acking, their trees time out and
+        replay) and later frames of an older epoch are stale. A restarted receiver
+        (``reconstructed``) takes the first frame of an unknown sender as its start.
+
         Returns:
-            ``(ack, report)``: the highest seq from ``src_task`` now fully inserted (the
-            sender's cumulative acknowledgement), and a backpressure report for the
-            transfer actor or None.
+            ``(ack, report)``: the highest seq of the current epoch from ``src_task`` now
+            fully inserted (the sender's cumulative acknowledgement; None for a stale
+            frame), and a backpressure report for the transfer actor or None.
 
         Raises:
             ValueError: ``src_task`` is not an upstream task of this task.
@@ -557,8 +569,15 @@ class ExecutorCore:
         if st is None:
             if src_task not in self.upstream_all and src_task != self.task_id:
                 raise ValueError(f"task {self.task_id} does not consume from task {src_task}")
-            st = self._inbound[src_task] = [0, {}]
-        expected, early = st
+            st = self._inbound[src_task] = [seq if self.reconstructed else 0, {}, epoch]
+        if epoch != st[2]:
+            if epoch < st[2]:
+                self.stale_frames += 1
+                return None, None
+            self.epoch_resets += 1
+            self.lost_frames += len(st[1])
+            st[:] = [0, {}, epoch]
+        expected, early = st[0], st[1]
         if seq < expected or seq in early:
             self.duplicate_frames += 1
             return expected - 1, None
@@ -640,6 +659,11 @@ class ExecutorCore:
             if self.bp_tracker.refresh_bp_task_list():
                 return self._report(False, False)
         return None
+
+    def current_report(self) -> tuple:
+        """This task's current state as a (non-reminder) report for the transfer actor."""
+        with self._bp_lock:
+            return self._report(self.bp_tracker.is_backpressured(self.task_id), False)
 
     def _report(self, backlogged: bool, reminder: bool) -> tuple:
         self._bp_seq += 1
@@ -906,6 +930,8 @@ class ExecutorCore:
             "backpressure_wait_ms": self.backpressure_wait_s * 1000.0,
             "bad_frames": self.bad_frames,
             "duplicate_frames": self.duplicate_frames, "early_frames": self.early_frames,
+            "stale_frames": self.stale_frames, "epoch_resets": self.epoch_resets,
+            "lost_frames": self.lost_frames, "reconstructed": self.reconstructed,
             "backlogged": self.bp_tracker.is_backpressured(self.task_id),
             "overflowed_total": self.queue.overflowed_total,
             "bp_reports": self.bp_reports,

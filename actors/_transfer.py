@@ -28,6 +28,11 @@ halt-lag is three such hops (3.2 ms against 4.8 ms idle, benchmarks/halt_lag.py 
   while no task is backlogged. A received status (:meth:`~TransferActor.backpressure_status`)
   goes to the local executors that send to the tasks it names.
 
+* **Restarts.** Submitted with Ray's ``max_restarts``; a restarted instance finds its
+  executors and peers by their actor names, greets the peers (each sends its current
+  status back), rebuilds its worker's status from its executors' current reports and
+  sends it to every peer, so no peer keeps a stale flag for one of its tasks.
+
 Only bytes cross between workers: tuple values are msgpack, never pickle.
 """
 
@@ -54,8 +59,21 @@ logger = logging.getLogger("storm_on_ray.transfer")
 
 _LOG_EVERY_S = 10.0
 
+#: A transfer actor's acknowledgement for a frame whose receiver died before taking it.
+FRAME_LOST = "lost"
 
-@ray.remote(max_restarts=0, concurrency_groups={"deliver": 8, "status": 1, "control": 1})
+
+def executor_name(prefix: str, task: int) -> str:
+    """The Ray actor name of ``task``'s executor (``prefix`` is unique per submit)."""
+    return f"{prefix}-task-{task}"
+
+
+def transfer_name(prefix: str, worker: int) -> str:
+    """The Ray actor name of ``worker``'s transfer actor."""
+    return f"{prefix}-worker-{worker}"
+
+
+@ray.remote(concurrency_groups={"deliver": 8, "status": 1, "control": 1})
 class TransferActor:
     """The transfer actor of one worker.
 
@@ -64,10 +82,14 @@ class TransferActor:
         worker_id: this worker's index.
         conf: the validated topology config.
         task_worker: task id → worker index, for every task of the topology.
+        prefix: the actor-name prefix of this submit (``actors.executor_name``); None for
+            an unnamed actor that cannot rejoin after a restart.
+        destinations: local task id → the task ids it sends to (needed to rejoin).
     """
 
     def __init__(self, topology_name: str, worker_id: int, conf: dict,
-                 task_worker: dict[int, int]) -> None:
+                 task_worker: dict[int, int], prefix: str | None = None,
+                 destinations: dict | None = None) -> None:
         if not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO,
                                 format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -91,7 +113,30 @@ class TransferActor:
             frames_received=0, bytes_received=0, deliveries_received=0,
             statuses_sent=0, statuses_received=0, stale_statuses=0,
             dropped_unknown_task=0, dropped_bad_payload=0, dropped_oversized=0,
-            dropped_no_peer=0, hellos=0, reminders_sent=0)
+            dropped_no_peer=0, hellos=0, reminders_sent=0, frames_lost=0)
+        # the last status from each peer worker, for a restarted executor of this worker
+        self._last_status: dict[int, bytes] = {}
+        if prefix is not None and ray.get_runtime_context().was_current_actor_reconstructed:
+            self._rejoin(prefix, destinations or {})
+
+    def _rejoin(self, prefix: str, destinations: dict, timeout: float = 60.0) -> None:
+        """Wire this restarted instance again (see the module docstring)."""
+        logger.warning("worker %d: transfer actor restarted by Ray; rejoining",
+                       self.worker_id)
+        mine = sorted(self.local.tasks)
+        executors = {t: ray.get_actor(executor_name(prefix, t)) for t in mine}
+        peers = {w: ray.get_actor(transfer_name(prefix, w))
+                 for w in set(self.task_worker.values()) if w != self.worker_id}
+        self.connect(executors, destinations, peers)
+        for t in mine:
+            try:
+                self.local.update(*ray.get(executors[t].backpressure_report.remote(),
+                                           timeout=timeout)[:4])
+            except Exception as e:  # restarting too: it reports when it rejoins
+                self._log("rejoin", "no backpressure report from task %d: %s", t, e)
+        wire = encode_status(self.local.status().to_wire())
+        for h in list(self._peers.values()):
+            self._send_status_to(h, wire)
 
     def _count(self, key: str, n: int = 1) -> None:
         with self._lock:
@@ -161,11 +206,13 @@ class TransferActor:
         try:
             for i, ack in zip(where, ray.get(waiting), strict=True):
                 acks[i] = ack
-        except Exception:  # an executor died: its restart and replay cover it
+        except Exception:  # an executor died: the sender starts a new epoch, acking replays
             for i, ref in zip(where, waiting, strict=True):
                 try:
                     acks[i] = ray.get(ref)
                 except Exception as e:
+                    acks[i] = FRAME_LOST
+                    self._count("frames_lost")
                     self._log("exec", "an executor failed to take a batch: %s", e)
         return acks
 
@@ -208,6 +255,8 @@ class TransferActor:
             return
         self._count("statuses_received")
         res = self.remote.apply(status)
+        if res is not None:
+            self._last_status[status.worker_id] = wire
         if res is None:
             self._count("stale_statuses")
             return
@@ -217,7 +266,17 @@ class TransferActor:
                 h.apply_backpressure.remote(wire)
         self._status_lags.extend(x * 1000.0 for x in res[1])
 
+    @ray.method(concurrency_group="status")
+    def remote_statuses(self) -> list[bytes]:
+        """The last status received from each other worker (msgpack), for an executor of
+        this worker that restarted."""
+        return list(self._last_status.values())
+
     # -- control --------------------------------------------------------------------------
+    @ray.method(concurrency_group="control")
+    def pid(self) -> int:
+        return os.getpid()
+
     @ray.method(concurrency_group="control")
     def stats(self) -> dict:
         """Counters and backpressure view of this worker (plain dict)."""

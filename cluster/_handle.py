@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import ray
@@ -51,21 +52,72 @@ class TopologyHandle:
             raise TopologyFailed(f"topology {self.name!r}: an executor died during {what}: "
                                  f"{e}") from e
 
+    def _call_all(self, handles: list, call, timeout: float | None, what: str) -> list:
+        """``call(handle)`` on each actor, retried while Ray restarts one (its calls fail
+        meanwhile), until ``timeout`` s. Raises TopologyFailed for an actor that is dead
+        for good, GetTimeoutError when the time runs out."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out: list = [None] * len(handles)
+        todo = list(range(len(handles)))
+        while todo:
+            refs = [call(handles[i]) for i in todo]
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=left)
+            if len(ready) < len(refs):
+                raise GetTimeoutError(f"topology {self.name!r}: {what} timed out")
+            retry = []
+            for i, ref in zip(todo, refs, strict=True):
+                try:
+                    out[i] = ray.get(ref)
+                except RayActorError as e:
+                    if self.max_restarts == 0 or _is_dead(handles[i]):
+                        raise TopologyFailed(f"topology {self.name!r}: an actor died during "
+                                             f"{what}: {e}") from e
+                    retry.append(i)  # restarting: ask the new instance
+            todo = retry
+            if todo:
+                time.sleep(0.1)
+        return out
+
+    @property
+    def max_restarts(self) -> int:
+        return self.conf.get("topology.executor.max.restarts", 0)
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until every task has ended its stream; True if so within ``timeout`` s.
+        An executor that Ray restarts meanwhile is waited for in its new instance.
 
         Raises:
-            TopologyFailed: an executor actor died.
+            TopologyFailed: an executor actor died and will not be restarted.
         """
         if self._complete:
             return True
-        refs = [a.wait_done.remote(timeout) for a in self.actors.values()]
-        try:
-            done = self._get(refs, None if timeout is None else timeout + 30, "wait")
-        except GetTimeoutError:
-            return False
-        self._complete = all(done)
-        return self._complete
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                done = self._call_all(list(self.actors.values()),
+                                      lambda a, left=left: a.wait_done.remote(left),
+                                      None if left is None else left + 30, "wait")
+            except GetTimeoutError:
+                return False
+            # an instance restarted during the wait answers at once with its own state
+            if all(done) or (deadline is not None and time.monotonic() >= deadline):
+                self._complete = all(done)
+                return self._complete
+
+    def restarts(self) -> dict[str, int]:
+        """Actor → times Ray restarted it: ``"task-<id>"`` for executors and
+        ``"worker-<index>"`` for transfer actors (read from Ray's actor table; empty if it
+        cannot be read)."""
+        named = {f"task-{t}": a for t, a in self.actors.items()}
+        named.update({f"worker-{w}": a for w, a in self.transfers.items()})
+        out = {}
+        for key, a in named.items():
+            n = _num_restarts(a)
+            if n is not None:
+                out[key] = n
+        return out
 
     def stats(self, timeout: float = 30) -> TopologyStats:
         """Per-task statistics (one control call per task, answered even under load).
@@ -75,8 +127,9 @@ class TopologyHandle:
         """
         tasks = sorted(self.actors)
         workers = sorted(self.transfers)
-        raw = self._get([self.actors[t].stats.remote() for t in tasks]
-                        + [self.transfers[w].stats.remote() for w in workers], timeout, "stats")
+        raw = self._call_all([self.actors[t] for t in tasks]
+                             + [self.transfers[w] for w in workers],
+                             lambda a: a.stats.remote(), timeout, "stats")
         ts = [TaskStats.from_dict(d) for d in raw[:len(tasks)]]
         ws = [WorkerStats.from_dict(d) for d in raw[len(tasks):]]
         return TopologyStats(self.name, ts, all(t.state == "done" for t in ts), ws,
@@ -116,10 +169,31 @@ class TopologyHandle:
         except Exception as e:  # dying actors: we kill them anyway
             logger.warning("topology %r: shutdown: %s", self.name, e)
         for a in list(self.actors.values()) + list(self.transfers.values()):
-            ray.kill(a)
+            ray.kill(a, no_restart=True)
         for pg in self.placement_groups:
             ray.util.remove_placement_group(pg)
 
     def __repr__(self) -> str:
         return (f"TopologyHandle({self.name!r}, {len(self.actors)} tasks, "
                 f"{len(set(self.task_worker.values()))} worker(s))")
+
+
+def _actor_record(handle) -> dict | None:
+    # Ray's GCS actor table (what ``ray list actors`` shows); the public state API needs the
+    # dashboard, which local and test clusters run without
+    try:
+        from ray._private.state import actors
+
+        return actors(handle._actor_id.hex())
+    except Exception:
+        return None
+
+
+def _num_restarts(handle) -> int | None:
+    rec = _actor_record(handle)
+    return None if rec is None else int(rec.get("NumRestarts", 0))
+
+
+def _is_dead(handle) -> bool:
+    rec = _actor_record(handle)
+    return rec is not None and rec.get("State") == "DEAD"

@@ -36,6 +36,9 @@ class TaskStats:
         pending_tuples: a spout's tuple trees in flight (an acker's: trees it tracks).
         complete_latencies_ms: a spout's recent emit-to-ack times of completed trees.
         error_count / errors: user-code errors (each kind with count and last traceback).
+        restarted: this instance replaced one that died (Ray restarted the actor).
+        lost_frames: frames from upstream dropped because their sender started a new epoch
+            after a failure (with acking, their trees replay).
     """
 
     component: str
@@ -64,6 +67,8 @@ class TaskStats:
     timeouts: int = 0
     pending_tuples: int = 0
     complete_latencies_ms: list[float] = field(default_factory=list)
+    restarted: bool = False
+    lost_frames: int = 0
     errors: list[dict] = field(default_factory=list)
     queue: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -85,7 +90,9 @@ class TaskStats:
                    halt_lags_ms=d.get("halt_lags_ms", []),
                    acked=d.get("acked", 0), failed=d.get("failed", 0),
                    timeouts=d.get("timeouts", 0), pending_tuples=d.get("pending_tuples", 0),
-                   complete_latencies_ms=d.get("complete_latencies_ms", []))
+                   complete_latencies_ms=d.get("complete_latencies_ms", []),
+                   restarted=d.get("reconstructed", False),
+                   lost_frames=d.get("lost_frames", 0))
 
 
 @dataclass(frozen=True)

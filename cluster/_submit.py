@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import uuid
 
 import ray
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from actors import ExecutorActor, TransferActor
+from actors import ExecutorActor, TransferActor, executor_name, transfer_name
 from cluster._handle import TopologyHandle
 from topology import StormTopology, TopologyError, make_config
 
@@ -87,18 +88,27 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
             f"{topology.num_tasks} executors in {workers} worker(s) within {ready_timeout} s; "
             f"lower topology.component.cpu.pcore.percent or add CPUs") from None
     topo_ref = ray.put(topology)
+    # actor names let a restarted actor find its peers (unique per submit, so a name can
+    # be reused as soon as its topology is killed)
+    prefix = f"storm-{name}-{uuid.uuid4().hex[:8]}"
+    restarts = conf["topology.executor.max.restarts"]
     actors, transfers = {}, {}
     for w, ts in tasks_of.items():
         strategy = PlacementGroupSchedulingStrategy(placement_group=pgs[w],
                                                     placement_group_bundle_index=0)
         for task in ts:
-            actors[task] = ExecutorActor.options(num_cpus=cpu, scheduling_strategy=strategy
-                                                 ).remote(name, topo_ref, conf, task,
-                                                          task_worker)
+            actors[task] = ExecutorActor.options(
+                num_cpus=cpu, scheduling_strategy=strategy, max_restarts=restarts,
+                name=executor_name(prefix, task)).remote(name, topo_ref, conf, task,
+                                                         task_worker, prefix)
         if with_transfer:
-            transfers[w] = TransferActor.options(num_cpus=cpu, scheduling_strategy=strategy
-                                                 ).remote(name, w, conf, task_worker)
+            dests = {t: topology.downstream_tasks(topology.task_component(t)) for t in ts}
+            transfers[w] = TransferActor.options(
+                num_cpus=cpu, scheduling_strategy=strategy, max_restarts=restarts,
+                name=transfer_name(prefix, w)).remote(name, w, conf, task_worker, prefix,
+                                                      dests)
     handle = TopologyHandle(name, topology, conf, actors, pgs, task_worker, transfers)
+    handle._topology_ref = topo_ref  # a restarted executor's __init__ reads it again
     try:
         if transfers:
             ray.get([ta.connect.remote(

@@ -346,3 +346,85 @@ class PongBolt(Bolt):
     def execute(self, tup):
         seq, n = tup.values
         self.collector.emit((seq, n + 1))
+
+
+def _read_lines(path) -> list[str]:
+    """The complete lines of a file (a line cut by a kill mid-write is ignored)."""
+    try:
+        with open(path) as f:
+            return [ln[:-1] for ln in f if ln.endswith("\n")]
+    except FileNotFoundError:
+        return []
+
+
+class LedgerSpout(Spout):
+    """A durable source, as a Kafka spout with committed offsets: ids ``[0, n)`` split
+    over the tasks, each emitted as ``(id, key)`` with ``msg_id=id``. An acked id is
+    appended to ``<directory>/acked-<task index>.log`` (one write per id: it survives a
+    SIGKILL); a restarted task emits every id not in its ledger again. Ends once all its
+    ids are acked."""
+
+    outputs = ("id", "key")
+
+    def __init__(self, n: int, directory: str, keys: int = 10) -> None:
+        self.n, self.directory, self.keys = n, directory, keys
+
+    def open(self, conf, context, collector):
+        import collections
+        import os
+
+        self.collector = collector
+        k = len(context.get_component_tasks(context.component_id))
+        path = os.path.join(self.directory, f"acked-{context.task_index}.log")
+        self.acked = {int(x) for x in _read_lines(path)}
+        self.ids = range(context.task_index, self.n, k)
+        self.todo = collections.deque(i for i in self.ids if i not in self.acked)
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+
+    def next_tuple(self):
+        if self.todo:
+            i = self.todo.popleft()
+            self.collector.emit((i, i % self.keys), msg_id=i)
+        elif len(self.acked) == len(self.ids):
+            raise StopIteration
+
+    def ack(self, msg_id):
+        import os
+
+        if msg_id not in self.acked:
+            self.acked.add(msg_id)
+            os.write(self.fd, b"%d\n" % msg_id)
+
+    def fail(self, msg_id):
+        if msg_id not in self.acked:
+            self.todo.append(msg_id)
+
+    def close(self):
+        import os
+
+        os.close(self.fd)
+
+
+class IdempotentSink(Bolt):
+    """Appends ``key,id`` of each input to ``<directory>/sink-<task>-<pid>.log`` before
+    acking it; the distinct pairs over all files are the idempotent result."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def prepare(self, conf, context, collector):
+        import os
+
+        path = os.path.join(self.directory, f"sink-{context.task_id}-{os.getpid()}.log")
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+
+    def execute(self, tup):
+        import os
+
+        i, key = tup.values  # (id, key), whatever the upstream calls its fields
+        os.write(self.fd, b"%d,%d\n" % (key, i))
+
+    def cleanup(self):
+        import os
+
+        os.close(self.fd)

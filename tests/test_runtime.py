@@ -239,8 +239,8 @@ def test_malformed_frames_counted_and_dropped(cluster, name):
         sink = handle.actors[handle.topology.component_tasks["sink"][0]]
         import msgpack
         frames = [b"\xc1garbage", msgpack.packb({"not": "a frame"}),
-                  msgpack.packb([999, 0, [[0, [1, "x"]]]]),  # a task that is not upstream
-                  msgpack.packb([2, 0, [[10_000, [1]]]]), b"\x00" * 10]
+                  msgpack.packb([999, 0, 0, [[0, [1, "x"]]]]),  # a task that is not upstream
+                  msgpack.packb([2, 0, 0, [[10_000, [1]]]]), b"\x00" * 10]
         assert ray.get([sink.receive.remote(f) for f in frames]) == [None] * 5
         assert handle.wait(60)
         s = handle.stats()

@@ -214,3 +214,27 @@ def test_publish_remote_keeps_order_when_a_batch_is_split():
     q.consume(got.append)
     assert [x for x in got if x[0] == "r"] == [("r", i) for i in range(6)]
     assert q.publish_remote([("r", 6)]) == (0, 0)  # overflow empty again: into the queue
+
+
+def test_a_new_epoch_restarts_the_numbering_and_older_frames_are_stale():
+    """A sender that may have lost frames (a restart, a dead transfer actor) starts a
+    larger epoch from seq 0: frames held back for the old epoch are dropped (counted), and
+    later frames of the old epoch are stale."""
+    core = _receiver({"topology.executor.receive.buffer.size": 64})
+    assert core.accept_frame(2, 0, _items(0, 2), True, 0)[0] == 0
+    assert core.accept_frame(2, 2, _items(4, 2), True, 0)[0] == 0  # seq 1 was lost
+    assert core.accept_frame(2, 0, _items(10, 2), True, 5)[0] == 0  # new epoch: in at once
+    assert core.epoch_resets == 1 and core.lost_frames == 1
+    assert core.accept_frame(2, 1, _items(2, 2), True, 0) == (None, None)  # stale
+    assert core.stale_frames == 1
+    got: list = []
+    core.queue.consume(got.append)
+    assert [v[0] for _, _, v in got] == [0, 1, 10, 11]
+
+
+def test_a_restarted_receiver_starts_from_the_first_frame_it_sees():
+    core = _receiver({})
+    core.reconstructed = True  # the senders go on numbering where they were
+    assert core.accept_frame(2, 41, _items(0, 1), True, 0)[0] == 41
+    assert core.accept_frame(2, 42, _items(1, 1), True, 0)[0] == 42
+    assert core.early_frames == 0 and core.queue.size() == 2

@@ -59,6 +59,11 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("topology.executor.overflow.limit", (int,), 0,
               "Storm's default: 0 leaves the overflow queue (remote arrivals during the "
               "halt-lag) unbounded; >0 drops, and counts, beyond the limit.", minimum=0),
+    ConfigKey("topology.executor.max.restarts", (int,), -1,
+              "Ray's max_restarts for executor and transfer actors: a dead process is "
+              "restarted and rejoins (Storm's supervisor restarts dead workers without "
+              "limit: -1); 0 turns restarts off, so a death fails the topology.",
+              minimum=-1),
     ConfigKey("topology.backpressure.check.millis", (int, float), 50,
               "Storm's default period of the backpressure-check timer (clears a task once "
               "its overflow has drained; runs only in tasks with upstreams in other "
