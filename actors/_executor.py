@@ -62,9 +62,14 @@ FLUSH = ("__flush__",)
 EOS_STREAM = -1
 _EOS_MSG = (EOS_STREAM, None)
 # Acking system streams (Storm's __ack_init/__ack_ack/__ack_fail/__ack_reset_timeout to the
-# acker, and the acker's direct streams back to the spout); values are lists of ints.
+# acker, and the acker's direct streams back to the spout). One message carries many roots:
+# ACK_INIT and ACK_ACK values are [root, xor, root, xor, ...] (ACK_INIT's spout task is the
+# sender), the others [root, root, ...]; see ExecutorCore._ack_msg.
 ACK_INIT, ACK_ACK, ACK_FAIL, ACK_RESET = -2, -3, -4, -5  # to the acker
 ACKER_ACKED, ACKER_FAILED, ACKER_RESET = -6, -7, -8  # acker to spout
+#: Acking values held per executor before they are sent (also sent at each FlushTuple and
+#: whenever the executor idles).
+ACK_BATCH_VALUES = 1024
 
 Sink = Callable[[list], int]
 
@@ -215,6 +220,9 @@ class ExecutorCore:
         self._next_timeout_check = 0.0
         #: acker: root id -> [xor value, spout task (-1 until init), start time, failed]
         self._tree: dict[int, list] = {}
+        #: acking values not yet sent: dest task -> stream -> values (see _ack_msg)
+        self._ack_out: dict[int, dict[int, list]] = {}
+        self._ack_out_n = 0
         self._current: Tuple | None = None  # the input being executed (auto-anchoring)
         self._dropped_roots: list = []  # trees to fail (tuples dropped at a back edge's cap)
         self.timeouts = 0
@@ -362,9 +370,40 @@ class ExecutorCore:
     def _edge_id(self) -> int:
         return self._rand.getrandbits(63) or 1
 
-    def _to_acker(self, stream: int, values: list) -> None:
+    def _to_acker(self, stream: int, root: int, value: int | None = None) -> None:
         acks = self.ackers
-        self._transfer(acks[values[0] % len(acks)], (stream, values))
+        dest = acks[root % len(acks)]
+        if value is None:
+            self._ack_msg(dest, stream, root)
+        else:
+            self._ack_msg(dest, stream, root, value)
+
+    def _ack_msg(self, dest: int, stream: int, *values: int) -> None:
+        """Add acking values for ``dest`` on ``stream``: they leave as one message per
+        (destination, stream) once ``ACK_BATCH_VALUES`` are held, at the next FlushTuple
+        or when the executor idles, whichever is first. Measured with benchmarks/acking.py:
+        one message per root made acking tuples cost as much as data tuples, three of
+        them per tree."""
+        per = self._ack_out.get(dest)
+        if per is None:
+            per = self._ack_out[dest] = {}
+        lst = per.get(stream)
+        if lst is None:
+            per[stream] = list(values)
+        else:
+            lst.extend(values)
+        self._ack_out_n += len(values)
+        if self._ack_out_n >= ACK_BATCH_VALUES:
+            self.flush_acks()
+
+    def flush_acks(self) -> None:
+        """Send the acking values held (executor thread)."""
+        if not self._ack_out_n:
+            return
+        out, self._ack_out, self._ack_out_n = self._ack_out, {}, 0
+        for dest, per in out.items():
+            for stream, values in per.items():
+                self._transfer(dest, (stream, values))
 
     def _targets(self, values, stream: str, direct_task: int | None) -> tuple[Any, list[int]]:
         """The stream's router and the emit's target tasks (``direct_task`` checked); counts
@@ -398,7 +437,7 @@ class ExecutorCore:
             xor ^= e
             self._transfer(t, (r.index, values, [[root, e]]))
         self.pending_tuples[root] = [msg_id, time.monotonic()]
-        self._to_acker(ACK_INIT, [root, xor, self.task_id])
+        self._to_acker(ACK_INIT, root, xor)
         return targets
 
     def bolt_emit(self, values, stream: str, anchors, direct_task: int | None) -> list[int]:
@@ -435,7 +474,7 @@ class ExecutorCore:
         self.acked += 1
         if tup.anchors and self.ackers:
             for root, edge in tup.anchors.items():
-                self._to_acker(ACK_ACK, [root, edge ^ tup.ack_val])
+                self._to_acker(ACK_ACK, root, edge ^ tup.ack_val)
 
     def fail_tuple(self, tup: Tuple) -> None:
         """Storm's ``fail``: every root of ``tup`` fails now (``__ack_fail``)."""
@@ -445,66 +484,84 @@ class ExecutorCore:
         self.failed += 1
         if tup.anchors and self.ackers:
             for root in tup.anchors:
-                self._to_acker(ACK_FAIL, [root])
+                self._to_acker(ACK_FAIL, root)
 
     def reset_tuple_timeout(self, tup: Tuple) -> None:
         """Storm's ``resetTimeout`` (``__ack_reset_timeout``)."""
         if tup.anchors and self.ackers:
             for root in tup.anchors:
-                self._to_acker(ACK_RESET, [root])
+                self._to_acker(ACK_RESET, root)
 
     def _system(self, src: int, s: int, values: list) -> None:
-        """A system-stream message: acking, as the acker or as a spout."""
-        if self.is_acker:
-            self._acker(s, values)
-            return
-        if not self.is_spout or not isinstance(values, list) or not values:
-            return
-        entry = self.pending_tuples.pop(values[0], None)
-        if entry is None:
-            if s == ACKER_RESET:
-                return
-            self.unknown_acks += 1
-            return
-        if s == ACKER_RESET:
-            entry[1] = time.monotonic()
-            self.pending_tuples[values[0]] = entry  # re-inserted: now the newest
-            return
-        if s == ACKER_ACKED:
-            self.acked += 1
-            self.complete_latencies_ms.append((time.monotonic() - entry[1]) * 1000.0)
-            self._user_ack(entry[0])
-        else:
-            self.failed += 1
-            self._user_fail(entry[0])
+        """A system-stream message: acking, as the acker or as a spout. Malformed values
+        (not a list of ints of the stream's shape) are counted as bad and dropped."""
+        try:
+            if self.is_acker:
+                self._acker(src, s, values)
+            elif self.is_spout:
+                self._spout_acks(s, values)
+        except (TypeError, IndexError, KeyError):
+            self.bad_frames += 1
 
-    def _acker(self, s: int, values: list) -> None:
+    def _spout_acks(self, s: int, roots: list) -> None:
+        pending = self.pending_tuples
+        now = time.monotonic()
+        for root in roots:
+            entry = pending.pop(root, None)
+            if entry is None:
+                if s != ACKER_RESET:
+                    self.unknown_acks += 1
+                continue
+            if s == ACKER_RESET:
+                entry[1] = now
+                pending[root] = entry  # re-inserted: now the newest
+            elif s == ACKER_ACKED:
+                self.acked += 1
+                self.complete_latencies_ms.append((now - entry[1]) * 1000.0)
+                self._user_ack(entry[0])
+            else:
+                self.failed += 1
+                self._user_fail(entry[0])
+
+    def _acker(self, src: int, s: int, values: list) -> None:
         """Storm's ``Acker.execute``: XOR per root; a root completes at 0 or on a fail."""
-        root = values[0]
         tree = self._tree
-        e = tree.get(root)
-        if e is None:
-            if s == ACK_RESET:
-                return
-            e = tree[root] = [0, -1, time.monotonic(), False]
-        if s == ACK_INIT:
-            e[0] ^= values[1]
-            e[1] = values[2]
-        elif s == ACK_ACK:
-            e[0] ^= values[1]
+        now = time.monotonic()
+        if s == ACK_INIT or s == ACK_ACK:
+            init = s == ACK_INIT
+            for i in range(0, len(values), 2):
+                root = values[i]
+                e = tree.get(root)
+                if e is None:
+                    e = tree[root] = [0, -1, now, False]
+                e[0] ^= values[i + 1]
+                if init:
+                    e[1] = src  # the spout task
+                if e[1] >= 0 and (e[0] == 0 or e[3]):
+                    self._tree_done(root, e)
         elif s == ACK_FAIL:
-            e[3] = True
+            for root in values:
+                e = tree.get(root)
+                if e is None:
+                    e = tree[root] = [0, -1, now, False]
+                e[3] = True
+                if e[1] >= 0:
+                    self._tree_done(root, e)
         elif s == ACK_RESET:
-            e[2] = time.monotonic()
-            tree[root] = tree.pop(root)  # now the newest: the dict stays in time order
-            if e[1] >= 0:
-                self._transfer(e[1], (ACKER_RESET, [root]))
-            return
-        if e[1] >= 0 and (e[0] == 0 or e[3]):
-            del tree[root]
-            self.acked += not e[3]
-            self.failed += e[3]
-            self._transfer(e[1], ((ACKER_FAILED if e[3] else ACKER_ACKED), [root]))
+            for root in values:
+                e = tree.pop(root, None)
+                if e is None:
+                    continue
+                e[2] = now
+                tree[root] = e  # now the newest: the dict stays in time order
+                if e[1] >= 0:
+                    self._ack_msg(e[1], ACKER_RESET, root)
+
+    def _tree_done(self, root: int, e: list) -> None:
+        del self._tree[root]
+        self.acked += not e[3]
+        self.failed += e[3]
+        self._ack_msg(e[1], ACKER_FAILED if e[3] else ACKER_ACKED, root)
 
     def _expire(self, now: float) -> None:
         """Time out what waited longer than ``topology.message.timeout.secs``: the spout
@@ -692,7 +749,8 @@ class ExecutorCore:
                 with self._bp_lock:
                     roots, self._dropped_roots = self._dropped_roots, []
                 for r in roots:
-                    self._to_acker(ACK_FAIL, [r])
+                    self._to_acker(ACK_FAIL, r)
+            self.flush_acks()
             self.try_flush_batches(nagle=True)
             return
         src, s, values = el[0], el[1], el[2]
@@ -723,7 +781,14 @@ class ExecutorCore:
             self._current = None
         self.executed += 1
 
+    def _idle(self, idle: int) -> int:
+        if self._ack_out_n:
+            self.flush_acks()
+        return self.idle_wait.idle(idle)
+
     def _bp_idle(self, idle: int) -> int:
+        if self._ack_out_n:
+            self.flush_acks()
         t0 = time.perf_counter()
         idle = self.bp_wait.idle(idle)
         self.backpressure_wait_s += time.perf_counter() - t0
@@ -822,10 +887,10 @@ class ExecutorCore:
                 elif not self.pending_tuples:
                     return
                 else:
-                    idle = self.idle_wait.idle(idle) if recv <= 1 else 0
+                    idle = self._idle(idle) if recv <= 1 else 0
                     continue
             if max_pending is not None and len(self.pending_tuples) >= max_pending:
-                idle = self.idle_wait.idle(idle) if recv <= 1 else 0
+                idle = self._idle(idle) if recv <= 1 else 0
                 continue
             before = self.emitted
             try:
@@ -842,7 +907,7 @@ class ExecutorCore:
             if self._acks_due:
                 self._ack_due()
             if self.emitted == before and recv <= 1:
-                idle = self.idle_wait.idle(idle)
+                idle = self._idle(idle)
             else:
                 idle = 0
 
@@ -880,18 +945,20 @@ class ExecutorCore:
                     except Exception as e:
                         self.errors.report(e, "finish")
                     return
-                idle = self.idle_wait.idle(idle)
+                idle = self._idle(idle)
             else:
                 bp_idle = self._bp_idle(bp_idle)
 
     def _end_stream(self) -> None:
         """Send end-of-stream after all data to every downstream task, and push it all out."""
         self.state = "ending"
+        self.flush_acks()
         for t in self.downstream:
             self._transfer(t, _EOS_MSG)
         idle = 0
         while not self._stop:
             self.queue.consume(self._handle)  # keep draining our own queue (flushes, acks)
+            self.flush_acks()
             if self.try_flush_pending() and self.try_flush_batches():
                 return
             idle = self._bp_idle(idle)

@@ -1,10 +1,14 @@
 """Wait strategies: how a thread idles between retries (Storm's ``IWaitStrategy``).
 
 Source: Storm 2.0 ``WaitStrategyProgressive`` / ``WaitStrategyPark`` (notes/storm2-internals.md
-§4). Python has no ``parkNanos``: a "park" of 1 ns is ``time.sleep(0)`` (release the GIL and
-yield the core), and a park of *µs* is ``time.sleep(µs / 1e6)``, whose real floor on Linux
-is ~50-60 µs. All strategies are stateless apart from the caller's ``idle_count``, so one
-instance may be shared.
+§4). Python has no ``parkNanos``; a park of *µs* is ``time.sleep(µs / 1e6)``, whose real floor
+on Linux is ~50-60 µs, as is ``parkNanos(1)``'s, so Storm's level-2 ``parkNanos(1)`` is
+``time.sleep(1e-6)``: a real park. It was ``time.sleep(0)`` (a bare yield) before: measured
+with benchmarks/acking.py's pipeline on this 2-core host, idle executors then spent ~40% of
+their samples spinning in it, taking cores from busy ones, and both the acking and the
+non-acking pipeline ran faster with a real park (py-spy samples; throughput in the closing
+note of issue 4). All strategies are stateless apart from the caller's ``idle_count``, so
+one instance may be shared.
 """
 
 from __future__ import annotations
@@ -31,11 +35,11 @@ class WaitStrategy(ABC):
 
 
 class ProgressiveWaitStrategy(WaitStrategy):
-    """Spin, then yield, then sleep: Storm's ``WaitStrategyProgressive``.
+    """Spin, then park briefly, then sleep: Storm's ``WaitStrategyProgressive``.
 
     Args:
         level1_count: idles that return at once (busy spin).
-        level2_count: further idles that yield the core (``time.sleep(0)``).
+        level2_count: further idles that park ~50-60 µs each (``parkNanos(1)``).
         level3_sleep_ms: after that, each idle sleeps this long (count no longer grows).
     """
 
@@ -49,7 +53,7 @@ class ProgressiveWaitStrategy(WaitStrategy):
         if idle_count < self.level1_count:
             return idle_count + 1
         if idle_count < self.level1_count + self.level2_count:
-            time.sleep(0)
+            time.sleep(1e-6)  # parkNanos(1): ~50-60 µs on Linux
             return idle_count + 1
         time.sleep(self.level3_sleep_s)
         return idle_count

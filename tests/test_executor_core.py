@@ -131,3 +131,25 @@ def test_a_fail_that_empties_pending_is_replayed_before_the_stream_ends():
         assert len(spout.pending_tuples) == 1 and spout.obj.failed_ids == [0]
     finally:
         spout.stop()
+
+
+def test_acker_takes_batched_acking_messages_and_answers_in_one_message():
+    """Acking messages carry many roots (ACK_INIT/ACK_ACK: root, xor pairs; the spout task
+    is the sender); completed trees go back to the spout as one ACKER_ACKED message, and
+    malformed acking values are counted as bad, never raised."""
+    from actors._executor import ACK_ACK, ACK_FAIL, ACK_INIT, ACKER_ACKED, ACKER_FAILED
+
+    topo = _topo().with_ackers(1)
+    acker_task = topo.acker_tasks[0]
+    acker = ExecutorCore("t", topo, CONF, acker_task, {t: 0 for t in range(1, 4)})
+    sent: list = []
+    acker.connect({t: (lambda items, t=t: sent.append((t, list(items))) or len(items))
+                   for t in acker.destinations})
+    acker._system(2, ACK_INIT, [11, 5, 12, 6, 13, 7])  # three trees of spout task 2
+    acker._system(1, ACK_ACK, [11, 5, 12, 6])  # two complete
+    acker._system(1, ACK_FAIL, [13])
+    acker._system(1, ACK_ACK, [14])  # odd length: malformed
+    acker.flush_acks()
+    acker.try_flush_batches()
+    assert sent == [(2, [(ACKER_ACKED, [11, 12]), (ACKER_FAILED, [13])])]
+    assert acker.acked == 2 and acker.failed == 1 and acker.bad_frames == 1

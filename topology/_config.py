@@ -94,7 +94,7 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("topology.backpressure.wait.progressive.level1.count", (int,), 1,
               "Storm's default: one spin before parking.", minimum=0),
     ConfigKey("topology.backpressure.wait.progressive.level2.count", (int,), 1000,
-              "Storm's default: 1000 yields before sleeping.", minimum=0),
+              "Storm's default: 1000 short parks (~50-60 µs each) before sleeping.", minimum=0),
     ConfigKey("topology.backpressure.wait.progressive.level3.sleep.millis", (int, float), 1,
               "Storm's default.", minimum=0),
     ConfigKey("topology.bolt.wait.strategy", (str,), "progressive",
