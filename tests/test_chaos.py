@@ -61,8 +61,8 @@ def test_killed_bolt_is_restarted_and_the_stream_completes(cluster, name):
 
 
 def test_chaos_kills_every_few_seconds_and_every_msg_id_is_acked(cluster, name, tmp_path):
-    """Kill a random executor or transfer actor (SIGKILL) every 2 s during a 100k-tuple
-    acked run over two workers. Every msg_id must end up acked (the spout's durable
+    """Kill an executor or transfer actor (SIGKILL) at each ninth of a 100k-tuple acked run
+    over two workers, at least 2 s apart: one of each kind, then at random. Every msg_id must end up acked (the spout's durable
     ledger), and the idempotent sink's per-key counts must equal the expected ones."""
     n, keys = 100_000, 10
     b = TopologyBuilder()
@@ -82,18 +82,24 @@ def test_chaos_kills_every_few_seconds_and_every_msg_id_is_acked(cluster, name, 
     plan = [(f"task-{t}", handle.actors[t]) for t in first] + [("worker-1", handle.transfers[1])]
     kills: list[str] = []
     try:
+        # a kill at each ninth of the msg_ids acked (so a fast run cannot outpace them),
+        # at least 2 s apart
         deadline = time.monotonic() + 600
-        while not handle.wait(2.0):
+        last_kill = 0.0
+        while not handle.wait(0.25):
             assert time.monotonic() < deadline, handle.stats().summary()
-            if len(kills) < 8:
+            acked = sum(len(_read_lines(tmp_path / f"acked-{k}.log")) for k in range(2))
+            due = len(kills) < 8 and acked >= n * (len(kills) + 1) / 9
+            if due and time.monotonic() - last_kill >= 2.0:
                 key, actor = plan[len(kills)] if len(kills) < len(plan) else rng.choice(victims)
                 if _sigkill(actor) is not None:  # None: still restarting from a kill
                     kills.append(key)
+                    last_kill = time.monotonic()
         restarts = handle.restarts()
         s = handle.stats()
     finally:
         cluster.kill_topology(name)
-    assert len(kills) >= 5, f"the run ended after {len(kills)} kills: too short to test"
+    assert len(kills) == 8, kills
     for key, count in collections.Counter(kills).items():
         assert restarts[key] == count, (key, restarts)
     acked = set()
