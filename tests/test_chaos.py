@@ -62,8 +62,9 @@ def test_killed_bolt_is_restarted_and_the_stream_completes(cluster, name):
 
 def test_chaos_kills_every_few_seconds_and_every_msg_id_is_acked(cluster, name, tmp_path):
     """Kill an executor or transfer actor (SIGKILL) at each ninth of a 100k-tuple acked run
-    over two workers, at least 2 s apart: one of each kind, then at random. Every msg_id must end up acked (the spout's durable
-    ledger), and the idempotent sink's per-key counts must equal the expected ones."""
+    over two workers, at least 2 s apart: one of each kind, then at random. Every msg_id
+    must end up acked (the spout's durable ledger), and the idempotent sink's per-key
+    counts must equal the expected ones."""
     n, keys = 100_000, 10
     b = TopologyBuilder()
     b.set_spout("src", LedgerSpout(n, str(tmp_path), keys), parallelism_hint=2)
