@@ -23,6 +23,7 @@ from ray.exceptions import RayActorError
 
 from actors._codec import FrameError, decode_batch, decode_status, encode_batch, encode_transfer
 from actors._executor import EOS_STREAM, ExecutorCore
+from actors._metrics import RayMetricsExport, TaskMetrics
 from actors._transfer import FRAME_LOST, executor_name, transfer_name
 from backpressure import BackPressureStatus
 
@@ -279,11 +280,40 @@ class ExecutorActor:
 
     @ray.method(concurrency_group="control")
     def start(self) -> None:
-        self.core.start()
+        core = self.core
+        self._metrics = TaskMetrics(core, core.conf["topology.stall.timeout.secs"])
+        core.start()
+        threading.Thread(target=self._metrics_timer, daemon=True,
+                         name=f"metrics-{core.task_id}").start()
         if self.core.remote_upstream or self.core.back_sources:
             self._bp_thread = threading.Thread(target=self._bp_check_timer, daemon=True,
                                                name=f"bp-check-{self.core.task_id}")
             self._bp_thread.start()
+
+    def _metrics_timer(self) -> None:
+        """Every ``topology.metrics.interval.secs``: close the metrics interval and export
+        it through ``ray.util.metrics``; logs each backpressure-level change once."""
+        core = self.core
+        period = core.conf["topology.metrics.interval.secs"]
+        try:
+            export = RayMetricsExport(core.topology_name, core.component_id, core.task_id)
+        except Exception as e:  # no metrics agent: the stats still carry everything
+            core.errors.report(e, "metrics export")
+            export = None
+        level = "OK"
+        while not core._stop:
+            time.sleep(period)
+            snap = self._metrics.sample()
+            if snap["backpressure_level"] != level:
+                level = snap["backpressure_level"]
+                logger.info("%s:%d: backpressure %s (%.0f ms/s held%s)", core.component_id,
+                            core.task_id, level, snap["backpressured_time_ms_per_second"],
+                            f", by task {snap['backpressure_cause']}"
+                            if snap["backpressure_cause"] is not None else "")
+            if export is not None:
+                export.record(snap)
+            if core.done.is_set():
+                return
 
     def _bp_check_timer(self) -> None:
         """Storm's backpressure-check timer, for this task: every
@@ -368,6 +398,8 @@ class ExecutorActor:
         s["inflight_batches"] = sum(x.outstanding() for x in self._sinks)
         s["sent_batches"] = sum(x.sent_batches for x in self._sinks)
         s["sink_resets"] = sum(x.resets for x in self._sinks)
+        m = getattr(self, "_metrics", None)
+        s["metrics"] = dict(m.last) if m is not None else {}
         return s
 
     @ray.method(concurrency_group="control")

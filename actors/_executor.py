@@ -243,6 +243,14 @@ class ExecutorCore:
         self.bad_frames = 0
         self.backpressure_wait_s = 0.0
         self.max_pending_emits = 0
+        # metrics (actors/_metrics.py): time idle for lack of input, backpressure time per
+        # destination holding the head of pending_emits, sampled execute latencies
+        self.idle_wait_s = 0.0
+        self.held_by_s: dict[int, float] = {}
+        rate = c["topology.stats.sample.rate"]
+        self._sample_every = max(1, round(1.0 / rate)) if rate > 0 else 0
+        self.latency_sum_s = 0.0
+        self.latency_n = 0
         # state
         self.state = "created"
         self._stop = False
@@ -766,6 +774,9 @@ class ExecutorCore:
         tup = Tuple(values, fields, comp, src, sid,
                     {r: v for r, v in el[3]} if len(el) > 3 else None)
         self._current = tup
+        timed = self._sample_every and self.executed % self._sample_every == 0
+        if timed:
+            t0 = time.perf_counter()
         try:
             self.obj.execute(tup)
         except Exception as e:  # user code: report, fail the tuple (it replays), go on
@@ -779,20 +790,35 @@ class ExecutorCore:
                     self.acked += 1
         finally:
             self._current = None
+            if timed:
+                self.latency_sum_s += time.perf_counter() - t0
+                self.latency_n += 1
         self.executed += 1
 
     def _idle(self, idle: int) -> int:
         if self._ack_out_n:
             self.flush_acks()
-        return self.idle_wait.idle(idle)
+        t0 = time.perf_counter()
+        idle = self.idle_wait.idle(idle)
+        self.idle_wait_s += time.perf_counter() - t0
+        return idle
 
     def _bp_idle(self, idle: int) -> int:
         if self._ack_out_n:
             self.flush_acks()
         t0 = time.perf_counter()
         idle = self.bp_wait.idle(idle)
-        self.backpressure_wait_s += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        self.backpressure_wait_s += dt
+        if self.pending:  # the destination at the head of pending_emits holds us back
+            dest = self.pending[0][0]
+            self.held_by_s[dest] = self.held_by_s.get(dest, 0.0) + dt
         return idle
+
+    def transferred(self) -> int:
+        """Tuples handed to destination sinks so far (any thread; an estimate while the
+        executor runs)."""
+        return sum(i.transferred for i in self._inserter_list)
 
     def start(self) -> None:
         """Call ``open``/``prepare`` and start the executor and flush-timer threads."""
@@ -862,6 +888,7 @@ class ExecutorCore:
         counter = skips  # check the queue on the first iteration
         idle = bp_idle = 0
         exhausted = False
+        calls, sample = 0, self._sample_every
         while not self._stop:
             recv = 0
             if counter >= skips:
@@ -893,6 +920,10 @@ class ExecutorCore:
                 idle = self._idle(idle) if recv <= 1 else 0
                 continue
             before = self.emitted
+            calls += 1
+            timed = sample and calls % sample == 0
+            if timed:
+                t0 = time.perf_counter()
             try:
                 spout.next_tuple()
             except StopIteration:
@@ -904,6 +935,9 @@ class ExecutorCore:
                 continue
             except Exception as e:
                 self.errors.report(e, "next_tuple")
+            if timed:
+                self.latency_sum_s += time.perf_counter() - t0
+                self.latency_n += 1
             if self._acks_due:
                 self._ack_due()
             if self.emitted == before and recv <= 1:

@@ -79,7 +79,8 @@ class BatchInserter:
         interrupted: polled between blocking retries; True raises ``QueueInterrupted``.
     """
 
-    __slots__ = ("_sink", "batch_size", "_bp_wait", "_on_failure", "_interrupted", "batch")
+    __slots__ = ("_sink", "batch_size", "_bp_wait", "_on_failure", "_interrupted", "batch",
+                 "transferred")
 
     def __init__(self, sink: Callable[[list], int], batch_size: int,
                  bp_wait: WaitStrategy | None = None,
@@ -93,6 +94,8 @@ class BatchInserter:
         self._on_failure = on_insert_failure
         self._interrupted = interrupted
         self.batch: list = []
+        #: items the sink has taken so far (Storm's "transferred")
+        self.transferred = 0
 
     def __len__(self) -> int:
         return len(self.batch)
@@ -112,6 +115,7 @@ class BatchInserter:
         if self.batch_size == 1 and not batch:
             # Storm's DirectInserter: one offer, nothing held back on failure.
             if self._sink([obj]):
+                self.transferred += 1
                 return True
             if self._on_failure is not None:
                 self._on_failure()
@@ -134,6 +138,7 @@ class BatchInserter:
             n = self._sink(self.batch)
             if n:
                 del self.batch[:n]
+                self.transferred += n
                 idle = 0
                 continue
             if self._on_failure is not None:
@@ -149,6 +154,7 @@ class BatchInserter:
         n = self._sink(self.batch)
         if n:
             del self.batch[:n]
+            self.transferred += n
             return True
         if self._on_failure is not None:
             self._on_failure()

@@ -36,6 +36,22 @@ class TaskStats:
         pending_tuples: a spout's tuple trees in flight (an acker's: trees it tracks).
         complete_latencies_ms: a spout's recent emit-to-ack times of completed trees.
         error_count / errors: user-code errors (each kind with count and last traceback).
+        busy_time_ms_per_second / idle_time_ms_per_second /
+        backpressured_time_ms_per_second: Flink's split of the last metrics interval
+            (``topology.metrics.interval.secs``): executing, waiting for input, held by a
+            full or backlogged destination.
+        backpressure_level: ``OK`` / ``LOW`` / ``HIGH`` (Flink's 0.10 / 0.5 thresholds on
+            the backpressured fraction).
+        backpressure_cause: the destination task that held this task back most in the last
+            interval (None if none did).
+        capacity: Storm UI's capacity, the executing fraction of the last interval.
+        execute_latency_ms: mean execute (spout: ``next_tuple``) time of sampled tuples
+            (``topology.stats.sample.rate``) in the last interval.
+        executed_per_s / emitted_per_s: rates over the last interval.
+        transferred: tuples handed to destination tasks (one per destination).
+        stalled_seconds: how long tuples have waited for this task without any progress
+            (0 when it progresses or has nothing to do); ``stalled`` once that reaches
+            ``topology.stall.timeout.secs``.
         restarted: this instance replaced one that died (Ray restarted the actor).
         lost_frames: frames from upstream dropped because their sender started a new epoch
             after a failure (with acking, their trees replay).
@@ -67,6 +83,18 @@ class TaskStats:
     timeouts: int = 0
     pending_tuples: int = 0
     complete_latencies_ms: list[float] = field(default_factory=list)
+    busy_time_ms_per_second: float = 0.0
+    idle_time_ms_per_second: float = 0.0
+    backpressured_time_ms_per_second: float = 0.0
+    backpressure_level: str = "OK"
+    backpressure_cause: int | None = None
+    capacity: float = 0.0
+    execute_latency_ms: float = 0.0
+    executed_per_s: float = 0.0
+    emitted_per_s: float = 0.0
+    transferred: int = 0
+    stalled_seconds: float = 0.0
+    stalled: bool = False
     restarted: bool = False
     lost_frames: int = 0
     errors: list[dict] = field(default_factory=list)
@@ -91,8 +119,15 @@ class TaskStats:
                    acked=d.get("acked", 0), failed=d.get("failed", 0),
                    timeouts=d.get("timeouts", 0), pending_tuples=d.get("pending_tuples", 0),
                    complete_latencies_ms=d.get("complete_latencies_ms", []),
+                   **{k: m[k] for k in _METRIC_FIELDS if k in (m := d.get("metrics") or {})},
                    restarted=d.get("reconstructed", False),
                    lost_frames=d.get("lost_frames", 0))
+
+
+_METRIC_FIELDS = (
+    "busy_time_ms_per_second", "idle_time_ms_per_second", "backpressured_time_ms_per_second",
+    "backpressure_level", "backpressure_cause", "capacity", "execute_latency_ms",
+    "executed_per_s", "emitted_per_s", "transferred", "stalled_seconds", "stalled")
 
 
 @dataclass(frozen=True)
@@ -174,6 +209,18 @@ class TopologyStats:
         """Sum of ``counter`` (e.g. ``"executed"``) over a component's tasks."""
         return sum(getattr(t, counter) for t in self.component(component_id))
 
+    def stalled_tasks(self) -> list[TaskStats]:
+        """Tasks with tuples waiting for them and no progress for at least
+        ``topology.stall.timeout.secs`` (the stall detector); empty when all is well."""
+        return [t for t in self.tasks if t.stalled]
+
+    @property
+    def stalled(self) -> bool:
+        """True when some tasks are stalled and no task made progress in the last interval:
+        the pipeline stands still with tuples queued."""
+        return bool(self.stalled_tasks()) and not any(
+            t.executed_per_s or t.emitted_per_s for t in self.tasks)
+
     @property
     def errors(self) -> list[dict]:
         return [e for t in self.tasks for e in t.errors]
@@ -182,14 +229,25 @@ class TopologyStats:
         """A small text table: per component emitted, executed, queue, backpressure, errors."""
         comps = sorted({t.component for t in self.tasks})
         lines = [f"{'component':<16}{'tasks':>6}{'emitted':>11}{'executed':>11}"
-                 f"{'queued':>9}{'bp_wait_ms':>12}{'errors':>8}"]
+                 f"{'queued':>9}{'bp_wait_ms':>12}{'errors':>8}  {'busy':>5} {'bp':>5}  "
+                 f"level (cause)"]
         for c in comps:
             ts = self.component(c)
+            worst = max(ts, key=lambda t: t.backpressured_time_ms_per_second)
+            cause = (f" (task {worst.backpressure_cause})"
+                     if worst.backpressure_cause is not None else "")
             lines.append(f"{c:<16}{len(ts):>6}{sum(t.emitted for t in ts):>11}"
                          f"{sum(t.executed for t in ts):>11}"
                          f"{sum(t.queue_population + t.overflow for t in ts):>9}"
                          f"{sum(t.backpressure_wait_ms for t in ts):>12.1f}"
-                         f"{sum(t.error_count for t in ts):>8}")
+                         f"{sum(t.error_count for t in ts):>8}"
+                         f"  {max(t.busy_time_ms_per_second for t in ts) / 1000:>5.0%}"
+                         f" {worst.backpressured_time_ms_per_second / 1000:>5.0%}"
+                         f"  {worst.backpressure_level}{cause}")
+        for t in self.stalled_tasks():
+            lines.append(f"STALLED {t.component}:{t.task} for {t.stalled_seconds:.0f} s "
+                         f"({t.queue_population + t.overflow} queued, {t.pending_emits} "
+                         f"pending emits)")
         for w in self.workers:
             lines.append(f"worker {w.worker} (node {w.node_id[:8]}): tasks {w.tasks}, "
                          f"backlogged {sorted(w.backlogged)}, frames in "

@@ -428,3 +428,13 @@ class IdempotentSink(Bolt):
         import os
 
         os.close(self.fd)
+
+
+class StuckBolt(Bolt):
+    """Its first ``execute`` never returns (a hung call to an outside service): the stall
+    detector's case."""
+
+    def execute(self, tup):
+        import threading
+
+        threading.Event().wait()

@@ -59,6 +59,16 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("topology.executor.overflow.limit", (int,), 0,
               "Storm's default: 0 leaves the overflow queue (remote arrivals during the "
               "halt-lag) unbounded; >0 drops, and counts, beyond the limit.", minimum=0),
+    ConfigKey("topology.metrics.interval.secs", (int, float), 1.0,
+              "ours: how often each task turns its counters into per-second rates (Flink's "
+              "busy/idle/backpressured ms per second) and exports them through "
+              "ray.util.metrics.", minimum=0.05),
+    ConfigKey("topology.stall.timeout.secs", (int, float), 30.0,
+              "ours: a task whose input or output has waited this long without progress is "
+              "reported stalled (logged once, shown by stats()).", minimum=0.1),
+    ConfigKey("topology.stats.sample.rate", (int, float), 0.05,
+              "Storm's default: the fraction of tuples whose execute latency is timed.",
+              minimum=0.0),
     ConfigKey("topology.executor.max.restarts", (int,), -1,
               "Ray's max_restarts for executor and transfer actors: a dead process is "
               "restarted and rejoins (Storm's supervisor restarts dead workers without "

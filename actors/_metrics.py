@@ -1,0 +1,189 @@
+"""Per-task metrics: Storm's queue and executor metrics, Flink's busy / idle / backpressured
+time, the backpressure level and its cause, a stall detector, and their export through
+``ray.util.metrics`` (so Ray's dashboard and Prometheus show them).
+
+Sources: Storm 2.0's JCQueue metrics and Storm UI's ``capacity`` (notes/storm2-internals.md);
+Flink's ``idleTimeMsPerSecond`` / ``busyTimeMsPerSecond`` / ``backPressuredTimeMsPerSecond``
+and its backpressure levels OK ≤ 0.10 < LOW ≤ 0.5 < HIGH (seeds/flink-backpressure.txt).
+
+The executor thread only adds to cumulative counters (time idle, time held by
+backpressure and by which destination, sampled execute latencies); a :class:`TaskMetrics`
+sampler turns them into per-interval rates once per ``topology.metrics.interval.secs``, on
+a thread of its own, so the data path pays two ``perf_counter`` calls per idle and per
+sampled tuple and nothing per interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+logger = logging.getLogger("storm_on_ray.metrics")
+
+#: Flink's thresholds on the backpressured fraction of time.
+BP_LOW, BP_HIGH = 0.10, 0.5
+BP_LEVELS = ("OK", "LOW", "HIGH")
+
+
+def backpressure_level(backpressured_ms_per_s: float) -> str:
+    """Flink's level for a task held ``backpressured_ms_per_s`` ms per second by its
+    outputs: ``OK`` up to 10%, ``LOW`` up to 50%, ``HIGH`` above."""
+    r = backpressured_ms_per_s / 1000.0
+    return "HIGH" if r > BP_HIGH else "LOW" if r > BP_LOW else "OK"
+
+
+_GAUGES = {
+    "queue_population": "Tuples in the task's receive queue (JCQueue population).",
+    "queue_capacity": "Bound of the task's receive queue (tuples).",
+    "queue_pct_full": "Receive queue population / capacity (0..1).",
+    "queue_overflow": "Tuples in the task's overflow queue (arrivals from other workers "
+                      "while it was full).",
+    "queue_arrival_rate_secs": "Tuples per second arriving at the receive queue.",
+    "queue_sojourn_time_ms": "Expected ms a tuple waits in the receive queue "
+                             "(population / arrival rate).",
+    "execute_latency_ms": "Mean ms per execute (bolts) or next_tuple (spouts), sampled.",
+    "capacity": "Storm UI's capacity: fraction of the interval spent executing.",
+    "busy_time_ms_per_second": "Flink's busyTimeMsPerSecond.",
+    "idle_time_ms_per_second": "Flink's idleTimeMsPerSecond (waiting for input).",
+    "backpressured_time_ms_per_second": "Flink's backPressuredTimeMsPerSecond (held by a "
+                                        "full or backlogged destination).",
+    "backpressure_level": "0 OK, 1 LOW, 2 HIGH (Flink's thresholds 0.10 / 0.5).",
+    "backlogged": "1 while the task's overflow is in use (other workers hold their sends).",
+    "stalled_seconds": "Seconds without progress while tuples wait for the task (0 if not).",
+}
+_COUNTERS = {
+    "emitted": "Tuples emitted by user code.",
+    "transferred": "Tuples handed to destination tasks (one per destination).",
+    "executed": "Tuples given to execute.",
+    "acked": "Tuples (spout: trees) acked.",
+    "failed": "Tuples (spout: trees) failed, timeouts included.",
+    "insert_failures": "Inserts that found the receive queue full.",
+    "dropped_messages": "Tuples dropped at topology.executor.overflow.limit.",
+}
+_TAGS = ("topology", "component", "task")
+
+
+class RayMetricsExport:
+    """The task's metrics as ``ray.util.metrics`` gauges and counters, named
+    ``storm_<metric>`` (Prometheus shows them as ``ray_storm_<metric>``), tagged with
+    ``topology``, ``component`` and ``task``. Built in the executor's process."""
+
+    def __init__(self, topology: str, component: str, task: int) -> None:
+        from ray.util.metrics import Counter, Gauge
+
+        tags = {"topology": topology, "component": component, "task": str(task)}
+        self.gauges = {k: Gauge(f"storm_{k}", d, _TAGS).set_default_tags(tags)
+                       for k, d in _GAUGES.items()}
+        self.counters = {k: Counter(f"storm_{k}", d, _TAGS).set_default_tags(tags)
+                         for k, d in _COUNTERS.items()}
+        self._last: dict[str, float] = {k: 0 for k in _COUNTERS}
+
+    def record(self, snap: dict) -> None:
+        """Set every gauge from a :meth:`TaskMetrics.sample` snapshot; counters grow by
+        the change of their cumulative value."""
+        for k, g in self.gauges.items():
+            v = snap[k]
+            g.set(float(BP_LEVELS.index(v) if k == "backpressure_level" else v))
+        for k, c in self.counters.items():
+            d = snap[k] - self._last[k]
+            if d > 0:
+                c.inc(d)
+            self._last[k] = snap[k]
+
+
+class TaskMetrics:
+    """Turns an executor's cumulative counters into per-interval rates (one sampler per
+    task, called from one thread).
+
+    Args:
+        core: the ``ExecutorCore``.
+        stall_timeout_s: ``topology.stall.timeout.secs``: a task whose input or output
+            has waited that long without progress is reported stalled (logged once).
+    """
+
+    def __init__(self, core: Any, stall_timeout_s: float) -> None:
+        self.core = core
+        self.stall_timeout_s = stall_timeout_s
+        self._t = time.monotonic()
+        self._prev = self._cumulative()
+        self._stalled_since: float | None = None
+        self._stall_logged = False
+        self.last: dict = self._snapshot(0.0, self._prev, self._prev, self._t)
+
+    def _cumulative(self) -> dict:
+        c = self.core
+        return {"idle": c.idle_wait_s, "bp": c.backpressure_wait_s,
+                "held": dict(c.held_by_s), "lat_s": c.latency_sum_s, "lat_n": c.latency_n,
+                "executed": c.executed, "emitted": c.emitted, "acked": c.acked,
+                "failed": c.failed, "transferred": c.transferred()}
+
+    def sample(self) -> dict:
+        """Close the interval since the last sample; returns (and keeps in ``last``) the
+        snapshot: cumulative counters, per-second rates, levels and the stall state."""
+        now = time.monotonic()
+        cur = self._cumulative()
+        dt = max(now - self._t, 1e-6)
+        snap = self._snapshot(dt, self._prev, cur, now)
+        self._t, self._prev, self.last = now, cur, snap
+        return snap
+
+    def _snapshot(self, dt: float, prev: dict, cur: dict, now: float) -> dict:
+        core = self.core
+        q = core.queue.metrics()
+        if dt > 0:
+            idle = min(1000.0, (cur["idle"] - prev["idle"]) / dt * 1000.0)
+            bp = min(1000.0 - idle, (cur["bp"] - prev["bp"]) / dt * 1000.0)
+        else:
+            idle = bp = 0.0
+        busy = max(0.0, 1000.0 - idle - bp)
+        n = cur["lat_n"] - prev["lat_n"]
+        lat_ms = (cur["lat_s"] - prev["lat_s"]) / n * 1000.0 if n else 0.0
+        executed = cur["executed"] - prev["executed"]
+        work = executed if not core.is_spout else cur["emitted"] - prev["emitted"]
+        capacity = min(1.0, work * lat_ms / 1000.0 / dt) if dt > 0 else 0.0
+        held = {t: s - prev["held"].get(t, 0.0) for t, s in cur["held"].items()}
+        held = {t: s for t, s in held.items() if s > 0}
+        cause = max(held, key=held.get) if held else None
+        # stall: something waits for this task (input queued, or emits pending) and none of
+        # its counters moved during the interval
+        waiting = q.population + q.overflow + len(core.pending)
+        progressed = (executed or cur["emitted"] != prev["emitted"]
+                      or cur["acked"] != prev["acked"] or cur["failed"] != prev["failed"])
+        if dt > 0:
+            if waiting and not progressed and core.state in ("running", "ending"):
+                if self._stalled_since is None:
+                    self._stalled_since = now - dt
+            else:
+                if self._stall_logged:
+                    logger.warning("%s:%d: progress again after a stall", core.component_id,
+                                   core.task_id)
+                self._stalled_since, self._stall_logged = None, False
+        stalled = now - self._stalled_since if self._stalled_since is not None else 0.0
+        if stalled >= self.stall_timeout_s and not self._stall_logged:
+            self._stall_logged = True
+            logger.warning("%s:%d: no progress for %.1f s with %d tuples waiting (queue %d, "
+                           "overflow %d, pending emits %d); held back by %s",
+                           core.component_id, core.task_id, stalled, waiting, q.population,
+                           q.overflow, len(core.pending),
+                           f"task {cause}" if cause is not None else "nothing downstream")
+        return {
+            "interval_s": dt,
+            "queue_population": q.population, "queue_capacity": q.capacity,
+            "queue_pct_full": q.pct_full, "queue_overflow": q.overflow,
+            "queue_arrival_rate_secs": q.arrival_rate_secs,
+            "queue_sojourn_time_ms": q.sojourn_time_ms,
+            "insert_failures": q.insert_failures, "dropped_messages": q.dropped_messages,
+            "emitted": cur["emitted"], "transferred": cur["transferred"],
+            "executed": cur["executed"], "acked": cur["acked"], "failed": cur["failed"],
+            "executed_per_s": executed / dt if dt > 0 else 0.0,
+            "emitted_per_s": (cur["emitted"] - prev["emitted"]) / dt if dt > 0 else 0.0,
+            "execute_latency_ms": lat_ms, "capacity": capacity,
+            "busy_time_ms_per_second": busy, "idle_time_ms_per_second": idle,
+            "backpressured_time_ms_per_second": bp,
+            "backpressure_level": backpressure_level(bp),
+            "backpressure_cause": cause,
+            "backlogged": int(core.bp_tracker.is_backpressured(core.task_id)),
+            "stalled_seconds": stalled,
+            "stalled": stalled >= self.stall_timeout_s,
+        }
