@@ -108,9 +108,10 @@ class PacedConsumer(Bolt):
             self.pacer.sleep()
 
 
-def _steady_and_reaction(ts, prod, cons, start, end, tol_pct):
-    """(follow error, reaction s, producer mean) for the samples of one phase."""
-    idx = [i for i, t in enumerate(ts) if start <= t < end]
+def _steady_and_reaction(ts, te, prod, cons, start, end, tol_pct):
+    """(follow error, reaction s, producer mean) for the samples of one phase (those whose
+    interval ``[ts, te)`` lies inside it)."""
+    idx = [i for i, (a, b) in enumerate(zip(ts, te, strict=True)) if start <= a and b <= end]
     tail = idx[len(idx) // 2:]  # the steady second half defines the producer's target
     target = statistics.fmean(prod[i] for i in tail)
     reaction = None
@@ -153,18 +154,19 @@ def main() -> None:
     cluster.kill_topology("flink-experiment")
     cluster.shutdown()
 
-    ts, prod, cons = [], [], []
+    ts, te, prod, cons = [], [], [], []
     for (ta, pa, ca), (tb, pb, cb) in zip(samples, samples[1:], strict=False):
         if ta < 0:
             continue
         dt = tb - ta
         ts.append(ta)
+        te.append(tb)
         prod.append((pb - pa) / dt / args.max_rate * 100.0)
         cons.append((cb - ca) / dt / args.max_rate * 100.0)
     phases = []
     for k, speed in enumerate(CONSUMER_SPEEDS):
         start, stop = k * args.phase_seconds, (k + 1) * args.phase_seconds
-        err, reaction, target = _steady_and_reaction(ts, prod, cons, start, stop, 5.0)
+        err, reaction, target = _steady_and_reaction(ts, te, prod, cons, start, stop, 5.0)
         phases.append({"phase": k + 1, "consumer_speed_pct": speed * 100,
                        "producer_cap_pct": PRODUCER_SPEED * 100,
                        "producer_steady_pct": target, "follow_error_pct": err,
