@@ -44,6 +44,7 @@ from backpressure import (
 from topology import (
     ACKER_ID,
     DEFAULT_STREAM,
+    BatchBolt,
     EmitError,
     OutputCollector,
     SpoutOutputCollector,
@@ -224,6 +225,9 @@ class ExecutorCore:
         self._ack_out: dict[int, dict[int, list]] = {}
         self._ack_out_n = 0
         self._current: Tuple | None = None  # the input being executed (auto-anchoring)
+        # a BatchBolt's inputs gathered in this pass over the queue
+        self._batch_in: list | None = [] if isinstance(self.obj, BatchBolt) else None
+        self._batch_max = (getattr(self.obj, "max_batch_size", None) or self.batch_size)
         self._dropped_roots: list = []  # trees to fail (tuples dropped at a back edge's cap)
         self.timeouts = 0
         self.unknown_acks = 0
@@ -773,6 +777,11 @@ class ExecutorCore:
         comp, sid, fields = self.streams[s]
         tup = Tuple(values, fields, comp, src, sid,
                     {r: v for r, v in el[3]} if len(el) > 3 else None)
+        if self._batch_in is not None:
+            self._batch_in.append(tup)
+            if len(self._batch_in) >= self._batch_max:
+                self.run_batch()
+            return
         self._current = tup
         timed = self._sample_every and self.executed % self._sample_every == 0
         if timed:
@@ -794,6 +803,32 @@ class ExecutorCore:
                 self.latency_sum_s += time.perf_counter() - t0
                 self.latency_n += 1
         self.executed += 1
+
+    def run_batch(self) -> None:
+        """A ``BatchBolt``'s ``execute_batch`` on the inputs gathered so far (executor
+        thread): then every input it left open is acked, or failed if it raised."""
+        batch, self._batch_in = self._batch_in, []
+        if not batch:
+            return
+        t0 = time.perf_counter()
+        try:
+            self.obj.execute_batch(batch)
+        except Exception as e:  # user code: report, fail what it left open, go on
+            self.errors.report(e, "execute_batch")
+            for tup in batch:
+                if not tup.done:
+                    self.fail_tuple(tup)
+        else:
+            if self.auto_ack:
+                for tup in batch:
+                    if not tup.done:
+                        if tup.anchors:
+                            self.ack_tuple(tup)
+                        else:
+                            self.acked += 1
+        self.latency_sum_s += time.perf_counter() - t0
+        self.latency_n += len(batch)
+        self.executed += len(batch)
 
     def _idle(self, idle: int) -> int:
         if self._ack_out_n:
@@ -971,6 +1006,8 @@ class ExecutorCore:
             if not pending or self.try_flush_pending():
                 bp_idle = 0
                 if q.consume(handle, keep_running):
+                    if self._batch_in:
+                        self.run_batch()
                     idle = 0
                     continue
                 if not self.upstream_open and q.size() == 0 and q.is_empty_overflow():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from topology import Bolt, CollectorBolt, Fields, Spout
+from topology import BatchBolt, Bolt, CollectorBolt, Fields, Spout
 
 
 class SeqSpout(Spout):
@@ -438,3 +438,28 @@ class StuckBolt(Bolt):
         import threading
 
         threading.Event().wait()
+
+
+class SumBatchBolt(BatchBolt):
+    """Records its batch sizes; emits (seq,) of each input anchored to it, so trees
+    continue; raises once on the batch holding seq ``fail_at`` (None: never)."""
+
+    outputs = ("seq",)
+
+    def __init__(self, max_batch_size: int | None = None, fail_at: int | None = None):
+        self.max_batch_size = max_batch_size
+        self.fail_at = fail_at
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.sizes: list = []
+        self.failed_once = False
+
+    def execute_batch(self, tuples):
+        self.sizes.append(len(tuples))
+        seqs = [t.values[0] for t in tuples]
+        if self.fail_at in seqs and not self.failed_once:
+            self.failed_once = True
+            raise RuntimeError(f"batch with seq {self.fail_at}")
+        for t in tuples:
+            self.collector.emit((t.values[0],), anchors=t)

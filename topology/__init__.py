@@ -16,6 +16,7 @@ from topology._builder import (
 )
 from topology._components import (
     DEFAULT_STREAM,
+    BatchBolt,
     Bolt,
     OutputCollector,
     OutputFieldsDeclarer,
@@ -31,7 +32,8 @@ from topology._spouts import CollectorBolt, IterableSpout
 from topology._tuple import Tuple
 
 __all__ = [
-    "ACKER_ID", "Bolt", "BoltDeclarer", "CONFIG_KEYS", "CollectorBolt", "ComponentSpec",
+    "ACKER_ID", "BatchBolt", "Bolt", "BoltDeclarer", "CONFIG_KEYS", "CollectorBolt",
+    "ComponentSpec",
     "ConfigError", "ConfigKey", "DEFAULTS", "DEFAULT_STREAM", "DataFrameSpout", "EmitError",
     "Fields", "GROUPINGS", "Grouping", "IterableSpout", "OutputCollector", "OutputFieldsDeclarer",
     "Spout", "SpoutDeclarer", "SpoutOutputCollector", "StormTopology", "TopologyBuilder",

@@ -124,6 +124,35 @@ class Bolt(_Component):
         """The task is shutting down."""
 
 
+class BatchBolt(Bolt):
+    """A bolt whose :meth:`execute_batch` runs once per batch of input tuples, so that
+    vectorised work (NumPy, pandas, Arrow, a model call) pays its per-call cost per batch,
+    not per tuple. Storm has no such bolt (Trident batches whole streams); this is the
+    runtime's own batching, surfaced: a batch holds the tuples the executor takes from its
+    receive queue in one pass, at most ``max_batch_size`` (default
+    ``topology.producer.batch.size``), so under load batches are full and at low rates a
+    tuple waits for no one.
+
+    Acking (with ``auto_ack``, the default): after ``execute_batch`` returns, every input
+    not acked or failed by the bolt is acked; if it raises, every such input is failed (so
+    its spout replays it) and the error is reported once per interval. Emits are anchored
+    only to the tuples passed as ``anchors=`` (pass the inputs an output derives from; an
+    unanchored emit leaves the tuple tree).
+
+    Attributes:
+        max_batch_size: cap on one batch (tuples); None for the config's batch size.
+    """
+
+    max_batch_size: int | None = None
+
+    def execute_batch(self, tuples: list[Tuple]) -> None:
+        """Process a non-empty list of tuples (in arrival order); may emit."""
+        raise NotImplementedError
+
+    def execute(self, tup: Tuple) -> None:
+        self.execute_batch([tup])
+
+
 @dataclass(frozen=True)
 class TopologyContext:
     """What a task knows of its place in the topology (Storm's ``TopologyContext``).
