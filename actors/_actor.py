@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import time
+from collections import deque
 
 import ray
 from ray.exceptions import RayActorError
@@ -412,7 +413,7 @@ class ExecutorActor:
         """The value of attribute ``attr`` of this task's spout or bolt object (None if it
         has none): introspection for tests and notebooks, e.g. a spout's acked ids."""
         v = getattr(self.core.obj, attr, None)
-        return list(v) if isinstance(v, (list, tuple, set, frozenset)) else v
+        return list(v) if isinstance(v, (list, tuple, set, frozenset, deque)) else v
 
     @ray.method(concurrency_group="control")
     def is_done(self) -> bool:
