@@ -416,6 +416,11 @@ class ExecutorActor:
         return list(v) if isinstance(v, (list, tuple, set, frozenset, deque)) else v
 
     @ray.method(concurrency_group="control")
+    def set_active(self, active: bool) -> None:
+        """Activate or deactivate this task's spout (see ``ExecutorCore.set_active``)."""
+        self.core.set_active(bool(active))
+
+    @ray.method(concurrency_group="control")
     def is_done(self) -> bool:
         """True once this task has ended its stream (never blocks)."""
         return self.core.done.is_set() and self.core.state == "done"

@@ -257,6 +257,10 @@ class ExecutorCore:
         self.latency_n = 0
         # state
         self.state = "created"
+        #: a spout calls next_tuple only while active (Storm's activate / deactivate);
+        #: the control thread sets the wish, the executor thread applies it
+        self.active = True
+        self._want_active = True
         self._stop = False
         self._flush_queued = False
         self.done = threading.Event()
@@ -951,7 +955,10 @@ class ExecutorCore:
                 else:
                     idle = self._idle(idle) if recv <= 1 else 0
                     continue
-            if max_pending is not None and len(self.pending_tuples) >= max_pending:
+            if self._want_active is not self.active:
+                self._apply_active()
+            if not self.active or (max_pending is not None
+                                   and len(self.pending_tuples) >= max_pending):
                 idle = self._idle(idle) if recv <= 1 else 0
                 continue
             before = self.emitted
@@ -1035,6 +1042,23 @@ class ExecutorCore:
             idle = self._bp_idle(idle)
 
     # -- control -------------------------------------------------------------------------
+    def set_active(self, active: bool) -> None:
+        """Storm's activate / deactivate (any thread; applied by the executor thread on its
+        next iteration): a deactivated spout stops calling ``next_tuple`` but keeps taking
+        acks and failing timeouts; its ``activate``/``deactivate`` hook is called on each
+        change, on the executor thread as Storm does. No effect on bolts."""
+        self._want_active = active
+
+    def _apply_active(self) -> None:
+        active = self._want_active
+        try:
+            self.obj.activate() if active else self.obj.deactivate()
+        except Exception as e:
+            self.errors.report(e, "activate" if active else "deactivate")
+        self.active = active
+        logger.info("%s:%d: %s", self.component_id, self.task_id,
+                    "activated" if active else "deactivated")
+
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the loop (kill), interrupt blocked receivers, call ``close``/``cleanup``."""
         self._stop = True
@@ -1054,7 +1078,7 @@ class ExecutorCore:
         m = self.queue.metrics().to_dict()
         end = self._finished_at or time.time()
         return {
-            "component": self.component_id, "task": self.task_id,
+            "component": self.component_id, "task": self.task_id, "active": self.active,
             "worker": self.context.worker_index, "state": self.state,
             "emitted": self.emitted, "executed": self.executed,
             "acked": self.acked, "failed": self.failed, "timeouts": self.timeouts,

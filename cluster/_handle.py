@@ -159,6 +159,25 @@ class TopologyHandle:
                          "task_state")
         return dict(zip(tasks, vals, strict=True))
 
+    def activate(self) -> None:
+        """Storm's ``activate``: spouts call ``next_tuple`` again (after :meth:`deactivate`)."""
+        self._set_active(True)
+
+    def deactivate(self) -> None:
+        """Storm's ``deactivate``: spouts stop calling ``next_tuple`` (their ``deactivate``
+        hook runs); tuples in flight finish and acks still arrive. Returns at once."""
+        self._set_active(False)
+
+    def _set_active(self, active: bool) -> None:
+        spouts = [t for t, a in self.actors.items() if self._is_spout_task(t)]
+        self._call_all([self.actors[t] for t in spouts], lambda a: a.set_active.remote(active),
+                       60, "activate" if active else "deactivate")
+
+    def _is_spout_task(self, task: int) -> bool:
+        if self.topology is not None:
+            return self.topology.components[self.topology.task_component(task)].is_spout
+        return True  # attached without the topology: bolts ignore it
+
     def kill(self) -> None:
         """Stop every task (``close``/``cleanup`` are called), then free the actors."""
         if self._killed:
@@ -197,3 +216,45 @@ def _num_restarts(handle) -> int | None:
 def _is_dead(handle) -> bool:
     rec = _actor_record(handle)
     return rec is not None and rec.get("State") == "DEAD"
+
+
+_NAME_RE = None
+
+
+def find_topologies() -> dict[str, dict]:
+    """Topologies running on the connected Ray cluster, found by their actors' names (any
+    namespace): name → ``{"prefix", "namespace", "tasks": {id: actor name},
+    "workers": {index: actor name}}``."""
+    import re
+
+    global _NAME_RE
+    if _NAME_RE is None:
+        _NAME_RE = re.compile(r"^(storm-(?P<name>.+)-[0-9a-f]{8})-(?P<kind>task|worker)-"
+                              r"(?P<n>\d+)$")
+    out: dict[str, dict] = {}
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        m = _NAME_RE.match(entry["name"])
+        if m is None:
+            continue
+        t = out.setdefault(m["name"], {"prefix": m[1], "namespace": entry["namespace"],
+                                       "tasks": {}, "workers": {}})
+        (t["tasks"] if m["kind"] == "task" else t["workers"])[int(m["n"])] = entry["name"]
+    return out
+
+
+def attach(name: str) -> TopologyHandle:
+    """A handle on a topology submitted by another driver (stats, activate, deactivate,
+    kill; not ``collected``/``task_state``, which need the topology object).
+
+    Raises:
+        KeyError: no running topology of that name (the message lists those running).
+    """
+    found = find_topologies()
+    if name not in found:
+        raise KeyError(f"no running topology {name!r}; running: {sorted(found)}")
+    t = found[name]
+    ns = t["namespace"]
+    actors = {task: ray.get_actor(n, namespace=ns) for task, n in t["tasks"].items()}
+    transfers = {w: ray.get_actor(n, namespace=ns) for w, n in t["workers"].items()}
+    return TopologyHandle(name, None, {"topology.executor.max.restarts": -1}, actors, [], {},
+                          transfers)

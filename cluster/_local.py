@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import ray
@@ -20,7 +21,9 @@ class LocalCluster:
 
     Args:
         address: a Ray address to join (``"auto"`` for a running local cluster); ``None``
-            joins the Ray already initialised in this process, or starts an embedded one.
+            joins the Ray already initialised in this process, else the cluster in
+            ``RAY_ADDRESS`` (set for a job by ``ray job submit``), else starts an embedded
+            one.
         nodes: with ``address=None`` and no Ray running, start this many Ray nodes on this
             machine (``ray.cluster_utils.Cluster``), each with ``num_cpus`` CPUs, so
             ``topology.worker.placement = "spread"`` puts workers on different nodes as on
@@ -37,8 +40,11 @@ class LocalCluster:
         self._ray_cluster = None
         if nodes < 1:
             raise ValueError(f"nodes must be >= 1, got {nodes}")
+        joining = address is not None or bool(os.environ.get("RAY_ADDRESS"))
         if not ray.is_initialized():
-            if nodes > 1 and address is None:
+            if joining:  # a running cluster (``ray job submit`` sets RAY_ADDRESS)
+                ray.init(address=address, log_to_driver=True, **ray_init_kwargs)
+            elif nodes > 1:
                 from ray.cluster_utils import Cluster
 
                 cpus = ray_init_kwargs.get("num_cpus", 2)
@@ -51,8 +57,8 @@ class LocalCluster:
                 self._owns_ray = True
             else:
                 kwargs = {"include_dashboard": False, "log_to_driver": True, **ray_init_kwargs}
-                ray.init(address=address, **kwargs)
-                self._owns_ray = address is None
+                ray.init(**kwargs)
+                self._owns_ray = True
         self.topologies: dict[str, TopologyHandle] = {}
 
     def submit_topology(self, name: str, conf: dict | None,

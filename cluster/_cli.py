@@ -1,0 +1,132 @@
+"""``storm-on-ray``: the command line (Storm's ``storm`` command, on a Ray cluster).
+
+    storm-on-ray submit examples/wordcount.py [args...]   # ray job submit, working dir .
+    storm-on-ray list
+    storm-on-ray stats NAME
+    storm-on-ray deactivate NAME | activate NAME | kill NAME
+
+``--address`` names the cluster: a GCS address (``host:6379``) or ``auto`` for ``list``,
+``stats``, ``activate``, ``deactivate`` and ``kill``; the dashboard's job address
+(``http://host:8265``) for ``submit``. Without it, ``RAY_ADDRESS`` or the local cluster.
+Exit status: 0 done, 1 the command failed (the message says why), 2 no cluster reachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+
+NO_CLUSTER = 2
+
+
+def _connect(address: str | None) -> None:
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    target = address or os.environ.get("RAY_ADDRESS") or "auto"
+    if target != "auto" and ":" in target and "://" not in target:
+        # Ray retries an unreachable GCS for a long time: ask the port first
+        host, _, port = target.rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=5).close()
+        except (OSError, ValueError) as e:
+            print(f"storm-on-ray: no Ray cluster reachable at {target} ({e}); start one with "
+                  f"`ray start --head` or pass --address", file=sys.stderr)
+            raise SystemExit(NO_CLUSTER) from None
+    try:
+        ray.init(address=target, log_to_driver=False, logging_level="ERROR")
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        print(f"storm-on-ray: no Ray cluster reachable at {address or 'auto'} ({e}); start "
+              f"one with `ray start --head` or pass --address", file=sys.stderr)
+        raise SystemExit(NO_CLUSTER) from None
+
+
+def _list(args) -> int:
+    from cluster._handle import find_topologies
+
+    found = find_topologies()
+    if not found:
+        print("no topologies running")
+        return 0
+    print(f"{'name':<32}{'tasks':>7}{'workers':>9}  namespace")
+    for name, t in sorted(found.items()):
+        print(f"{name:<32}{len(t['tasks']):>7}{max(1, len(t['workers'])):>9}  {t['namespace']}")
+    return 0
+
+
+def _stats(args) -> int:
+    from cluster._handle import attach
+
+    s = attach(args.name).stats()
+    comps = sorted({t.component for t in s.tasks})
+    print(f"topology {args.name}: {len(s.tasks)} tasks, "
+          f"{'complete' if s.complete else 'running'}")
+    print(f"{'component':<16}{'tasks':>6}{'rate/s':>10}{'capacity':>10}{'busy':>7}{'bp':>6}"
+          f"  level (cause)")
+    for c in comps:
+        ts = s.component(c)
+        rate = sum(t.executed_per_s or t.emitted_per_s for t in ts)
+        worst = max(ts, key=lambda t: t.backpressured_time_ms_per_second)
+        cause = (f" (task {worst.backpressure_cause})"
+                 if worst.backpressure_cause is not None else "")
+        print(f"{c:<16}{len(ts):>6}{rate:>10,.0f}{max(t.capacity for t in ts):>10.2f}"
+              f"{max(t.busy_time_ms_per_second for t in ts) / 1000:>7.0%}"
+              f"{worst.backpressured_time_ms_per_second / 1000:>6.0%}"
+              f"  {worst.backpressure_level}{cause}")
+    for t in s.stalled_tasks():
+        print(f"STALLED {t.component}:{t.task} for {t.stalled_seconds:.0f} s")
+    return 0
+
+
+def _control(args) -> int:
+    from cluster._handle import attach
+
+    handle = attach(args.name)
+    if args.command == "kill":
+        handle.kill()
+    elif args.command == "activate":
+        handle.activate()
+    else:
+        handle.deactivate()
+    print(f"{args.command}: {args.name}")
+    return 0
+
+
+def _submit(args) -> int:
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    cmd = [ray_cli if os.path.exists(ray_cli) else "ray", "job", "submit"]
+    if args.address:
+        cmd += ["--address", args.address]
+    cmd += ["--working-dir", ".", "--", "python", args.file, *args.args]
+    return subprocess.call(cmd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="storm-on-ray", description=__doc__.splitlines()[0])
+    ap.add_argument("--address", help="Ray cluster address (see the module help)")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("submit", help="run a topology file as a Ray job (ray job submit)")
+    p.add_argument("file")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    sub.add_parser("list", help="running topologies")
+    for cmd, what in (("stats", "per-component rate, capacity and backpressure"),
+                      ("activate", "spouts emit again"),
+                      ("deactivate", "spouts stop emitting"),
+                      ("kill", "stop a topology and free its actors")):
+        sub.add_parser(cmd, help=what).add_argument("name")
+    args = ap.parse_args(argv)
+    if args.command == "submit":
+        return _submit(args)
+    _connect(args.address)
+    try:
+        return {"list": _list, "stats": _stats}.get(args.command, _control)(args)
+    except KeyError as e:
+        print(f"storm-on-ray: {e.args[0]}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
