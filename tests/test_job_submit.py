@@ -33,7 +33,8 @@ def ray_head():
     """A second Ray cluster (head only) on this machine; yields its dashboard address.
     Stopped by terminating ``ray start --block`` (never ``ray stop``, which would stop
     every Ray here, the test session's included)."""
-    gcs, dash = _free_port(), _free_port()
+    gcs, dash, agent, agent_grpc, metrics, runtime_env, client = (
+        _free_port() for _ in range(7))
     temp = tempfile.mkdtemp(prefix="rj", dir="/tmp")  # short: socket paths have a limit
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["RAY_AUTH_MODE"] = "disabled"
@@ -44,6 +45,11 @@ def ray_head():
         [RAY, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs}",
          "--include-dashboard=true", "--dashboard-host=127.0.0.1",
          f"--dashboard-port={dash}", "--num-cpus=2", f"--temp-dir={temp}",
+         # its own ports: the defaults (agent 52365, client 10001...) may be held by the
+         # test session's cluster, and then the head never gets an agent to run jobs
+         f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
+         f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env}",
+         f"--ray-client-server-port={client}",
          "--disable-usage-stats"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)
