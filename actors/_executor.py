@@ -388,27 +388,26 @@ class ExecutorCore:
 
     def _to_acker(self, stream: int, root: int, value: int | None = None) -> None:
         acks = self.ackers
-        dest = acks[root % len(acks)]
-        if value is None:
-            self._ack_msg(dest, stream, root)
-        else:
-            self._ack_msg(dest, stream, root, value)
+        self._ack_msg(acks[root % len(acks)], stream, root, value)
 
-    def _ack_msg(self, dest: int, stream: int, *values: int) -> None:
-        """Add acking values for ``dest`` on ``stream``: they leave as one message per
-        (destination, stream) once ``ACK_BATCH_VALUES`` are held, at the next FlushTuple
-        or when the executor idles, whichever is first. Measured with benchmarks/acking.py:
-        one message per root made acking tuples cost as much as data tuples, three of
-        them per tree."""
+    def _ack_msg(self, dest: int, stream: int, root: int, value: int | None = None) -> None:
+        """Add ``root`` (and ``value``, for ACK_INIT / ACK_ACK) for ``dest`` on ``stream``:
+        they leave as one message per (destination, stream) once ``ACK_BATCH_VALUES`` are
+        held, at the next FlushTuple or when the executor idles, whichever is first.
+        Measured with benchmarks/acking.py: one message per root made acking tuples cost
+        as much as data tuples, three of them per tree."""
         per = self._ack_out.get(dest)
         if per is None:
             per = self._ack_out[dest] = {}
         lst = per.get(stream)
         if lst is None:
-            per[stream] = list(values)
+            lst = per[stream] = []
+        lst.append(root)
+        if value is None:
+            self._ack_out_n += 1
         else:
-            lst.extend(values)
-        self._ack_out_n += len(values)
+            lst.append(value)
+            self._ack_out_n += 2
         if self._ack_out_n >= ACK_BATCH_VALUES:
             self.flush_acks()
 

@@ -69,13 +69,10 @@ def _stats(args) -> int:
     for c in comps:
         ts = s.component(c)
         rate = sum(t.executed_per_s or t.emitted_per_s for t in ts)
-        worst = max(ts, key=lambda t: t.backpressured_time_ms_per_second)
-        cause = (f" (task {worst.backpressure_cause})"
-                 if worst.backpressure_cause is not None else "")
+        bp, level = s.backpressure(c)
         print(f"{c:<16}{len(ts):>6}{rate:>10,.0f}{max(t.capacity for t in ts):>10.2f}"
               f"{max(t.busy_time_ms_per_second for t in ts) / 1000:>7.0%}"
-              f"{worst.backpressured_time_ms_per_second / 1000:>6.0%}"
-              f"  {worst.backpressure_level}{cause}")
+              f"{bp:>6.0%}  {level}")
     for t in s.stalled_tasks():
         print(f"STALLED {t.component}:{t.task} for {t.stalled_seconds:.0f} s")
     return 0

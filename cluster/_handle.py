@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
@@ -218,19 +219,14 @@ def _is_dead(handle) -> bool:
     return rec is not None and rec.get("State") == "DEAD"
 
 
-_NAME_RE = None
+# a submit's actor names: storm-<topology>-<uuid8>-task-<id> / -worker-<index>
+_NAME_RE = re.compile(r"^(storm-(?P<name>.+)-[0-9a-f]{8})-(?P<kind>task|worker)-(?P<n>\d+)$")
 
 
 def find_topologies() -> dict[str, dict]:
     """Topologies running on the connected Ray cluster, found by their actors' names (any
     namespace): name → ``{"prefix", "namespace", "tasks": {id: actor name},
     "workers": {index: actor name}}``."""
-    import re
-
-    global _NAME_RE
-    if _NAME_RE is None:
-        _NAME_RE = re.compile(r"^(storm-(?P<name>.+)-[0-9a-f]{8})-(?P<kind>task|worker)-"
-                              r"(?P<n>\d+)$")
     out: dict[str, dict] = {}
     for entry in ray.util.list_named_actors(all_namespaces=True):
         m = _NAME_RE.match(entry["name"])

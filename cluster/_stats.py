@@ -209,6 +209,17 @@ class TopologyStats:
         """Sum of ``counter`` (e.g. ``"executed"``) over a component's tasks."""
         return sum(getattr(t, counter) for t in self.component(component_id))
 
+    def backpressure(self, component_id: str) -> tuple[float, str]:
+        """The component's most backpressured task in the last interval: its
+        backpressured fraction (0..1) and ``"LEVEL"`` or ``"LEVEL (task N)"`` naming the
+        destination that held it back."""
+        worst = max(self.component(component_id),
+                    key=lambda t: t.backpressured_time_ms_per_second)
+        cause = (f" (task {worst.backpressure_cause})"
+                 if worst.backpressure_cause is not None else "")
+        return (worst.backpressured_time_ms_per_second / 1000,
+                f"{worst.backpressure_level}{cause}")
+
     def stalled_tasks(self) -> list[TaskStats]:
         """Tasks with tuples waiting for them and no progress for at least
         ``topology.stall.timeout.secs`` (the stall detector); empty when all is well."""
@@ -233,17 +244,14 @@ class TopologyStats:
                  f"level (cause)"]
         for c in comps:
             ts = self.component(c)
-            worst = max(ts, key=lambda t: t.backpressured_time_ms_per_second)
-            cause = (f" (task {worst.backpressure_cause})"
-                     if worst.backpressure_cause is not None else "")
+            bp, level = self.backpressure(c)
             lines.append(f"{c:<16}{len(ts):>6}{sum(t.emitted for t in ts):>11}"
                          f"{sum(t.executed for t in ts):>11}"
                          f"{sum(t.queue_population + t.overflow for t in ts):>9}"
                          f"{sum(t.backpressure_wait_ms for t in ts):>12.1f}"
                          f"{sum(t.error_count for t in ts):>8}"
                          f"  {max(t.busy_time_ms_per_second for t in ts) / 1000:>5.0%}"
-                         f" {worst.backpressured_time_ms_per_second / 1000:>5.0%}"
-                         f"  {worst.backpressure_level}{cause}")
+                         f" {bp:>5.0%}  {level}")
         for t in self.stalled_tasks():
             lines.append(f"STALLED {t.component}:{t.task} for {t.stalled_seconds:.0f} s "
                          f"({t.queue_population + t.overflow} queued, {t.pending_emits} "
