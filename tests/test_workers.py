@@ -169,7 +169,9 @@ def test_status_reminders_and_late_connection(cluster, name):
         # 45 more into the overflow: reminders after 20 and after 40 (counted per task)
         frames = [(2, _frame(1 + i, 10 + 5 * i, 5)) for i in range(9)]
         assert ray.get(ta1.deliver.remote(encode_transfer(0, frames))) == list(range(1, 10))
-        s = handle.stats()
+        # the executor's reports reach the transfer actor as one-way calls: wait for them
+        s = until(lambda: (st := handle.stats()).workers[1].statuses_sent >= 3 and st, 30,
+                  "the two reminders reaching the transfer actor")
         assert s.workers[1].counters["reminders_sent"] == 2
         assert s.workers[1].statuses_sent == 3
         # a worker that connects now receives the current status at once
