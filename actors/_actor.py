@@ -25,6 +25,7 @@ from ray.exceptions import RayActorError
 from actors._codec import FrameError, decode_batch, decode_status, encode_batch, encode_transfer
 from actors._executor import EOS_STREAM, ExecutorCore
 from actors._metrics import RayMetricsExport, TaskMetrics
+from actors._store import StoredTopology
 from actors._transfer import FRAME_LOST, executor_name, transfer_name
 from backpressure import BackPressureStatus
 
@@ -181,7 +182,8 @@ class ExecutorActor:
 
     Args:
         topology_name: the name given at submit.
-        topology: the frozen ``StormTopology`` (passed once through the object store).
+        topology: the frozen ``StormTopology`` (passed once through the object store), or
+            for a detached topology a ``StoredTopology`` read from the GCS.
         conf: the validated topology config.
         task_id: the task this actor runs.
         task_worker: task id → worker index.
@@ -198,6 +200,8 @@ class ExecutorActor:
         # GIL up to the switch interval (5 ms by default) before they can take a batch or a
         # backpressure status; see benchmarks/halt_lag.py for the effect.
         sys.setswitchinterval(float(os.environ.get("STORM_ON_RAY_SWITCH_INTERVAL", "0.0005")))
+        if isinstance(topology, StoredTopology):  # a detached topology (actors/_store.py)
+            topology = topology.load()
         self.core = ExecutorCore(topology_name, topology, conf, task_id, task_worker)
         self._max_frame = self.core.conf["topology.transfer.max.frame.bytes"]
         self._sinks: list[ActorSink] = []
@@ -407,6 +411,13 @@ class ExecutorActor:
     def collected(self) -> list:
         """What a ``CollectorBolt`` task holds (``[]`` for other components)."""
         return list(getattr(self.core.obj, "received", []))
+
+    @ray.method(concurrency_group="control")
+    def sink_table(self):
+        """A ``DatasetSink`` task's rows as one ``pyarrow.Table`` (None if this task's
+        component is not a DatasetSink or nothing arrived)."""
+        f = getattr(self.core.obj, "arrow_table", None)
+        return f() if callable(f) else None
 
     @ray.method(concurrency_group="control")
     def task_state(self, attr: str):

@@ -1101,4 +1101,15 @@ class ExecutorCore:
             "halt_lags_ms": [x * 1000.0 for x in self.halt_lags_s],
             "error_count": self.errors.total, "errors": self.errors.snapshot(),
             "uptime_s": (end - self._started_at) if self._started_at else 0.0,
+            "progress": self._progress(),
         }
+
+    def _progress(self) -> int | None:
+        if not self.is_spout:
+            return None
+        try:
+            p = self.obj.progress()
+            return None if p is None else int(p)
+        except Exception as e:  # a user method: report, never fail a stats call
+            self.errors.report(e, "progress")
+            return None

@@ -61,18 +61,14 @@ def _stats(args) -> int:
     from cluster._handle import attach
 
     s = attach(args.name).stats()
-    comps = sorted({t.component for t in s.tasks})
     print(f"topology {args.name}: {len(s.tasks)} tasks, "
           f"{'complete' if s.complete else 'running'}")
     print(f"{'component':<16}{'tasks':>6}{'rate/s':>10}{'capacity':>10}{'busy':>7}{'bp':>6}"
           f"  level (cause)")
-    for c in comps:
-        ts = s.component(c)
-        rate = sum(t.executed_per_s or t.emitted_per_s for t in ts)
-        bp, level = s.backpressure(c)
-        print(f"{c:<16}{len(ts):>6}{rate:>10,.0f}{max(t.capacity for t in ts):>10.2f}"
-              f"{max(t.busy_time_ms_per_second for t in ts) / 1000:>7.0%}"
-              f"{bp:>6.0%}  {level}")
+    for r in s.rows():
+        print(f"{r['component']:<16}{r['tasks']:>6}{r['rate_per_s']:>10,.0f}"
+              f"{r['capacity']:>10.2f}{r['busy']:>7.0%}{r['backpressured']:>6.0%}  "
+              f"{r['level']}")
     for t in s.stalled_tasks():
         print(f"STALLED {t.component}:{t.task} for {t.stalled_seconds:.0f} s")
     return 0

@@ -10,7 +10,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from cluster._stats import TaskStats, TopologyStats, WorkerStats
+from cluster._stats import TaskStats, TopologyStats, WorkerStats, stats_html
 from topology import StormTopology
 
 logger = logging.getLogger("storm_on_ray.cluster")
@@ -30,12 +30,17 @@ class TopologyHandle:
         conf: the validated config.
         task_worker: task id → worker index.
         transfers: worker index → transfer actor (empty for a one-worker topology).
+        prefix: the submit's actor-name prefix (``storm-<name>-<uuid8>``).
+        detached: the topology outlives the driver that submitted it (see ``submit``).
     """
 
     def __init__(self, name: str, topology: StormTopology, conf: dict,
                  actors: dict[int, ray.actor.ActorHandle], placement_groups: list,
                  task_worker: dict[int, int],
-                 transfers: dict[int, ray.actor.ActorHandle] | None = None) -> None:
+                 transfers: dict[int, ray.actor.ActorHandle] | None = None,
+                 prefix: str | None = None, detached: bool = False) -> None:
+        self.prefix = prefix
+        self.detached = detached
         self.name = name
         self.topology = topology
         self.conf = conf
@@ -84,15 +89,20 @@ class TopologyHandle:
     def max_restarts(self) -> int:
         return self.conf.get("topology.executor.max.restarts", 0)
 
-    def wait(self, timeout: float | None = None) -> bool:
+    def wait(self, timeout: float | None = None, progress: bool = False) -> bool:
         """Block until every task has ended its stream; True if so within ``timeout`` s.
         An executor that Ray restarts meanwhile is waited for in its new instance.
+        ``progress=True`` draws a progress bar (tqdm; a widget in Jupyter) of the spouts'
+        items taken of their total (e.g. a DataFrameSpout's rows), with the components
+        under backpressure.
 
         Raises:
             TopologyFailed: an executor actor died and will not be restarted.
         """
         if self._complete:
             return True
+        if progress:
+            return self._wait_with_progress(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -106,6 +116,82 @@ class TopologyHandle:
             if all(done) or (deadline is not None and time.monotonic() >= deadline):
                 self._complete = all(done)
                 return self._complete
+
+    def progress(self, timeout: float = 30) -> dict[str, tuple[int, int | None]]:
+        """Spout component → (source items taken so far, the component's total or None),
+        for spouts that count (``Spout.progress``; e.g. a DataFrameSpout's rows of its
+        frame). One stats call per task (see :meth:`stats`)."""
+        return self._progress_of(self.stats(timeout))
+
+    def _progress_of(self, stats: TopologyStats) -> dict[str, tuple[int, int | None]]:
+        out = {}
+        for c, done in stats.progress().items():
+            total = None
+            if self.topology is not None and c in self.topology.components:
+                total = getattr(self.topology.components[c].obj, "total_items", None)
+            out[c] = (done, total)
+        return out
+
+    def _wait_with_progress(self, timeout: float | None) -> bool:
+        """:meth:`wait` that draws a tqdm bar (``tqdm.auto``: a widget in Jupyter, text in
+        a terminal) of the spouts' items taken of their total, refreshed every 0.5 s."""
+        from tqdm.auto import tqdm
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        p = self.progress()
+        totals = [t for _, t in p.values()]
+        total = sum(totals) if totals and all(t is not None for t in totals) else None
+        with tqdm(total=total, desc=self.name, unit="item", dynamic_ncols=True) as bar:
+            while True:
+                left = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+                done = self.wait(left)
+                stats = self.stats()
+                taken = sum(d for d, _ in self._progress_of(stats).values())
+                bar.update(taken - bar.n)
+                bp = [f"{r['component']} {r['level']}" for r in stats.rows()
+                      if not r["level"].startswith("OK")]
+                bar.set_postfix_str("; ".join(bp) if bp else "no backpressure", refresh=True)
+                if done or (deadline is not None and time.monotonic() >= deadline):
+                    return done
+
+    def watch(self, interval_s: float = 1.0, timeout: float | None = None) -> TopologyStats:
+        """Show the live summary (the :meth:`_repr_html_` table) in a notebook cell,
+        refreshed every ``interval_s`` s until the topology completes or ``timeout`` s
+        pass; in a terminal, print the text summary each time instead. Blocks; returns
+        the last stats."""
+        try:
+            from IPython import get_ipython
+            from IPython.display import HTML, display
+
+            shell = get_ipython()
+        except ImportError:
+            shell = None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out = None
+        while True:
+            stats = self.stats()
+            if shell is not None:
+                html = HTML(stats_html(stats, self._progress_of(stats)))
+                if out is None:
+                    out = display(html, display_id=True)
+                else:
+                    out.update(html)
+            else:
+                print(stats.summary(), flush=True)
+            if stats.complete or (deadline is not None and time.monotonic() >= deadline):
+                return stats
+            time.sleep(interval_s)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rich view of the handle: the current per-component summary (one
+        stats call per task; 10 s at most)."""
+        try:
+            stats = self.stats(timeout=10)
+        except Exception as e:
+            from html import escape
+
+            return f"<div>{escape(repr(self))}: stats unavailable ({escape(str(e))})</div>"
+        return stats_html(stats, self._progress_of(stats))
 
     def restarts(self) -> dict[str, int]:
         """Actor → times Ray restarted it: ``"task-<id>"`` for executors and
@@ -148,6 +234,67 @@ class TopologyHandle:
         parts = self._get([self.actors[t].collected.remote() for t in tasks], 60, "collected")
         return [x for p in parts for x in p]
 
+    def sink_tables(self, component_id: str) -> list:
+        """The rows kept by each task of a ``DatasetSink`` component, as one
+        ``pyarrow.Table`` per task that received any (task order). Call it after
+        :meth:`wait` for the complete output and before :meth:`kill` (the rows live in the
+        sink's actors); it blocks until every sink task answers (60 s at most).
+
+        Raises:
+            KeyError: no such component.
+            TypeError: the component is not a ``DatasetSink``.
+            ValueError: the sink received nothing and has no ``fields`` for a schema.
+            TopologyFailed: a sink actor died.
+        """
+        from topology import DatasetSink
+
+        spec = self._component(component_id)
+        if not isinstance(spec.obj, DatasetSink):
+            raise TypeError(f"component {component_id!r} is a {type(spec.obj).__name__}, "
+                            f"not a DatasetSink; only a DatasetSink keeps rows as tables")
+        tasks = self.topology.component_tasks[component_id]
+        tables = [t for t in self._get([self.actors[t].sink_table.remote() for t in tasks], 60,
+                                       "sink_tables") if t is not None]
+        if not tables:
+            raise ValueError(f"DatasetSink {component_id!r} received nothing and has no "
+                             f"fields= to give an empty result a schema")
+        return tables
+
+    def to_dataset(self, component_id: str):
+        """The rows kept by a ``DatasetSink`` component as a ``ray.data.Dataset`` of Arrow
+        blocks, one block per task (:meth:`sink_tables`, then ``ray.data.from_arrow``,
+        which runs one small Ray task per block: it needs a free CPU somewhere). Same
+        rules and errors as :meth:`sink_tables`."""
+        import ray.data
+
+        return ray.data.from_arrow(self.sink_tables(component_id))
+
+    def to_spark(self, component_id: str, spark):
+        """The rows kept by a ``DatasetSink`` component as a Spark DataFrame of ``spark``
+        (a RayDP session, ``cluster.start_spark``): the Spark → topology → Spark round
+        trip. The tables of :meth:`sink_tables` go into Ray's object store and RayDP
+        (``ray_dataset_to_spark_dataframe``, what ``Dataset.to_spark`` calls) reads them
+        lazily; RayDP's Spark master holds their references, so the DataFrame stays valid
+        after :meth:`kill`, until the Spark session stops. No Ray task runs, so this works
+        when the topology and Spark hold every CPU. Same rules and errors as
+        :meth:`sink_tables`."""
+        import pyarrow as pa
+        from raydp.spark import ray_dataset_to_spark_dataframe
+
+        tables = self.sink_tables(component_id)
+        schema = pa.unify_schemas([t.schema for t in tables], promote_options="permissive")
+        blocks = [ray.put(t.cast(schema)) for t in tables]
+        return ray_dataset_to_spark_dataframe(spark, schema, blocks)
+
+    def _component(self, component_id: str):
+        if self.topology is None:
+            raise RuntimeError(f"topology {self.name!r} was attached without its topology "
+                               f"object; read its output from the driver that submitted it")
+        if component_id not in self.topology.components:
+            raise KeyError(f"no component {component_id!r}; known: "
+                           f"{sorted(self.topology.components)}")
+        return self.topology.components[component_id]
+
     def task_state(self, component_id: str, attr: str) -> dict[int, Any]:
         """Task id → attribute ``attr`` of that task's spout or bolt object (None where it
         has none), for each task of ``component_id``: introspection for tests and
@@ -180,7 +327,9 @@ class TopologyHandle:
         return True  # attached without the topology: bolts ignore it
 
     def kill(self) -> None:
-        """Stop every task (``close``/``cleanup`` are called), then free the actors."""
+        """Stop every task (``close``/``cleanup`` are called), then free the actors, the
+        placement groups and (for a detached topology) its stored copy. Blocks up to 30 s
+        for ``close``/``cleanup``; a handle from :func:`attach` frees the same."""
         if self._killed:
             return
         self._killed = True
@@ -190,12 +339,32 @@ class TopologyHandle:
             logger.warning("topology %r: shutdown: %s", self.name, e)
         for a in list(self.actors.values()) + list(self.transfers.values()):
             ray.kill(a, no_restart=True)
-        for pg in self.placement_groups:
+        pgs = self.placement_groups or _placement_groups(self.prefix)
+        for pg in pgs:
             ray.util.remove_placement_group(pg)
+        if self.prefix is not None:
+            from actors._store import delete_topology
+
+            delete_topology(self.prefix)
 
     def __repr__(self) -> str:
         return (f"TopologyHandle({self.name!r}, {len(self.actors)} tasks, "
                 f"{len(set(self.task_worker.values()))} worker(s))")
+
+
+def _placement_groups(prefix: str | None) -> list:
+    """The live placement groups of the submit named ``prefix`` (found by name in Ray's
+    placement-group table, so a handle from :func:`attach` can free them)."""
+    if prefix is None:
+        return []
+    from ray.util.placement_group import PlacementGroup
+
+    out = []
+    for pg_id, info in ray.util.placement_group_table().items():
+        if (info.get("name") or "").startswith(f"{prefix}-pg-") and info.get(
+                "state") != "REMOVED":
+            out.append(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
+    return out
 
 
 def _actor_record(handle) -> dict | None:
@@ -253,4 +422,4 @@ def attach(name: str) -> TopologyHandle:
     actors = {task: ray.get_actor(n, namespace=ns) for task, n in t["tasks"].items()}
     transfers = {w: ray.get_actor(n, namespace=ns) for w, n in t["workers"].items()}
     return TopologyHandle(name, None, {"topology.executor.max.restarts": -1}, actors, [], {},
-                          transfers)
+                          transfers, prefix=t["prefix"])

@@ -61,9 +61,13 @@ class LocalCluster:
                 self._owns_ray = True
         self.topologies: dict[str, TopologyHandle] = {}
 
-    def submit_topology(self, name: str, conf: dict | None,
-                        topology: StormTopology) -> TopologyHandle:
+    def submit_topology(self, name: str, conf: dict | None, topology: StormTopology,
+                        detached: bool = False) -> TopologyHandle:
         """Start ``topology`` under ``name`` (Storm's argument order); returns its handle.
+
+        ``detached=True``: the topology outlives this driver and :meth:`shutdown` leaves it
+        running; stop it with ``handle.kill()`` or ``storm-on-ray kill NAME`` (see
+        ``cluster.submit``).
 
         Raises:
             TopologyError: a topology of that name is running here, or invalid input.
@@ -72,7 +76,7 @@ class LocalCluster:
         if name in self.topologies:
             raise TopologyError(f"a topology named {name!r} is already running; kill it or "
                                 f"pick another name")
-        handle = submit(name, conf, topology)
+        handle = submit(name, conf, topology, detached=detached)
         self.topologies[name] = handle
         return handle
 
@@ -100,9 +104,14 @@ class LocalCluster:
         handle.kill()
 
     def shutdown(self) -> None:
-        """Kill every topology; stop Ray if this object started it."""
-        for name in list(self.topologies):
-            self.kill_topology(name)
+        """Kill every topology but the detached ones; stop Ray if this object started it
+        (which ends detached topologies too: they live as long as the cluster)."""
+        for name, handle in list(self.topologies.items()):
+            if handle.detached:
+                logger.info("topology %r is detached: left running", name)
+                del self.topologies[name]
+            else:
+                self.kill_topology(name)
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
         if self._ray_cluster is not None:

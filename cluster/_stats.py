@@ -53,6 +53,8 @@ class TaskStats:
             (0 when it progresses or has nothing to do); ``stalled`` once that reaches
             ``topology.stall.timeout.secs``.
         restarted: this instance replaced one that died (Ray restarted the actor).
+        progress: a spout task's source items taken so far (``Spout.progress``; None for
+            bolts and for spouts that do not count).
         lost_frames: frames from upstream dropped because their sender started a new epoch
             after a failure (with acking, their trees replay).
     """
@@ -97,6 +99,7 @@ class TaskStats:
     stalled: bool = False
     restarted: bool = False
     lost_frames: int = 0
+    progress: int | None = None
     errors: list[dict] = field(default_factory=list)
     queue: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -121,7 +124,7 @@ class TaskStats:
                    complete_latencies_ms=d.get("complete_latencies_ms", []),
                    **{k: m[k] for k in _METRIC_FIELDS if k in (m := d.get("metrics") or {})},
                    restarted=d.get("reconstructed", False),
-                   lost_frames=d.get("lost_frames", 0))
+                   lost_frames=d.get("lost_frames", 0), progress=d.get("progress"))
 
 
 _METRIC_FIELDS = (
@@ -232,6 +235,39 @@ class TopologyStats:
         return bool(self.stalled_tasks()) and not any(
             t.executed_per_s or t.emitted_per_s for t in self.tasks)
 
+    def progress(self) -> dict[str, int]:
+        """Spout component → source items its tasks have taken so far, for the spouts that
+        count (``Spout.progress``)."""
+        out: dict[str, int] = {}
+        for t in self.tasks:
+            if t.progress is not None:
+                out[t.component] = out.get(t.component, 0) + t.progress
+        return out
+
+    def rows(self) -> list[dict]:
+        """One summary row per component (what ``storm-on-ray stats`` and the notebook view
+        show): ``component``, ``tasks``, ``rate_per_s`` (executed, or emitted for spouts,
+        in the last metrics interval), ``capacity`` and ``busy`` (max over tasks, 0..1),
+        ``backpressured`` (0..1), ``level`` (``OK``/``LOW``/``HIGH``, with the holding
+        task), ``queued``, ``errors``, ``stalled`` (tasks)."""
+        out = []
+        for c in sorted({t.component for t in self.tasks}):
+            ts = self.component(c)
+            bp, level = self.backpressure(c)
+            out.append({
+                "component": c, "tasks": len(ts),
+                "rate_per_s": sum(t.executed_per_s or t.emitted_per_s for t in ts),
+                "capacity": max(t.capacity for t in ts),
+                "busy": max(t.busy_time_ms_per_second for t in ts) / 1000,
+                "backpressured": bp, "level": level,
+                "queued": sum(t.queue_population + t.overflow for t in ts),
+                "errors": sum(t.error_count for t in ts),
+                "stalled": sum(t.stalled for t in ts)})
+        return out
+
+    def _repr_html_(self) -> str:
+        return stats_html(self)
+
     @property
     def errors(self) -> list[dict]:
         return [e for t in self.tasks for e in t.errors]
@@ -265,3 +301,39 @@ class TopologyStats:
         if p50 is not None:
             lines.append(f"halt-lag p50 {p50:.2f} ms, p99 {self.halt_lag_ms(0.99):.2f} ms")
         return "\n".join(lines)
+
+
+_LEVEL_COLOURS = {"OK": "#2e7d32", "LOW": "#f9a825", "HIGH": "#c62828"}
+
+
+def stats_html(stats: TopologyStats, progress: dict[str, tuple[int, int | None]] | None = None
+               ) -> str:
+    """An HTML table of :meth:`TopologyStats.rows` (the notebook view): per component rate,
+    capacity, busy and backpressured fractions, backpressure level coloured by Flink's
+    thresholds and naming the task that holds it back, queued tuples, errors; spout
+    progress when given (component → (taken, total or None))."""
+    from html import escape
+
+    state = ("complete" if stats.complete else
+             "STALLED" if stats.stalled else "running")
+    head = ("component", "tasks", "rate/s", "capacity", "busy", "backpressured", "level",
+            "queued", "errors", "progress")
+    rows = []
+    for r in stats.rows():
+        level = r["level"].split(" ", 1)[0]
+        colour = _LEVEL_COLOURS.get(level, "inherit")
+        prog = ""
+        if progress and r["component"] in progress:
+            done, total = progress[r["component"]]
+            prog = f"{done:,}" + (f" / {total:,} ({done / total:.0%})" if total else "")
+        cells = (escape(r["component"]), r["tasks"], f"{r['rate_per_s']:,.0f}",
+                 f"{r['capacity']:.2f}", f"{r['busy']:.0%}", f"{r['backpressured']:.0%}",
+                 f'<span style="color:{colour};font-weight:bold">{escape(r["level"])}</span>',
+                 f"{r['queued']:,}", r["errors"] or "", prog)
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    stalled = "".join(f"<li>STALLED {escape(t.component)}:{t.task} for "
+                      f"{t.stalled_seconds:.0f} s</li>" for t in stats.stalled_tasks())
+    return (f"<div><b>topology {escape(stats.name)}</b>: {len(stats.tasks)} tasks, {state}"
+            f"<table><thead><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>"
+            + (f"<ul>{stalled}</ul>" if stalled else "") + "</div>")

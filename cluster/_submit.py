@@ -10,10 +10,16 @@ from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from actors import ExecutorActor, TransferActor, executor_name, transfer_name
+from actors._store import store_topology
 from cluster._handle import TopologyHandle
 from topology import StormTopology, TopologyError, make_config
 
 logger = logging.getLogger("storm_on_ray.cluster")
+
+
+def placement_group_name(prefix: str, worker: int) -> str:
+    """The name of worker ``worker``'s placement group in the submit named ``prefix``."""
+    return f"{prefix}-pg-{worker}"
 
 
 def assign_tasks(topology: StormTopology, workers: int) -> dict[int, int]:
@@ -36,12 +42,19 @@ def _worker_nodes(workers: int, placement: str) -> list[str]:
 
 
 def submit(name: str, conf: dict | None, topology: StormTopology,
-           ready_timeout: float = 120) -> TopologyHandle:
+           ready_timeout: float = 120, detached: bool = False) -> TopologyHandle:
     """Create the workers and executors of ``topology`` and start them; returns at once.
 
     Each worker is a STRICT_PACK placement group (one node) holding its executors and, when
     ``topology.workers`` > 1, one :class:`TransferActor`. ``topology.worker.placement``
     chooses whether workers share the submitting node (``pack``) or spread over nodes.
+
+    ``detached=True`` makes a topology that outlives this driver, as a Storm topology
+    outlives ``storm jar``: its actors and placement groups are Ray-detached, and the
+    topology itself is kept in the GCS (``actors/_store.py``) so a restarted executor can
+    read it after the driver has gone. It runs until killed (``handle.kill()``, or
+    ``storm-on-ray kill NAME`` from anywhere). Spouts must not depend on objects the driver
+    owns: a ``DataFrameSpout``'s blocks die with the driver.
 
     Raises:
         TopologyError: not a topology, or a bad name.
@@ -73,11 +86,16 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
     cpu = conf["topology.component.cpu.pcore.percent"] / 100.0
     with_transfer = workers > 1
     nodes = _worker_nodes(workers, conf["topology.worker.placement"])
+    # actor and placement-group names let a restarted actor find its peers and another
+    # driver find the topology (unique per submit, so a name can be reused once killed)
+    prefix = f"storm-{name}-{uuid.uuid4().hex[:8]}"
+    lifetime = "detached" if detached else None
     pgs = []
     for w, ts in tasks_of.items():
         need = round(cpu * (len(ts) + with_transfer), 4)
         pgs.append(placement_group([{"CPU": need}], strategy="STRICT_PACK",
-                                   name=f"storm-{name}-w{w}", _soft_target_node_id=nodes[w]))
+                                   name=placement_group_name(prefix, w), lifetime=lifetime,
+                                   _soft_target_node_id=nodes[w]))
     try:
         ray.get([pg.ready() for pg in pgs], timeout=ready_timeout)
     except ray.exceptions.GetTimeoutError:
@@ -87,10 +105,9 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
             f"topology {name!r}: Ray could not reserve {cpu:.3f} CPU per executor for "
             f"{topology.num_tasks} executors in {workers} worker(s) within {ready_timeout} s; "
             f"lower topology.component.cpu.pcore.percent or add CPUs") from None
-    topo_ref = ray.put(topology)
-    # actor names let a restarted actor find its peers (unique per submit, so a name can
-    # be reused as soon as its topology is killed)
-    prefix = f"storm-{name}-{uuid.uuid4().hex[:8]}"
+    # a restarted executor reads its topology again: from an object this driver owns, or,
+    # when the topology must outlive the driver, from the GCS
+    topo_ref = store_topology(prefix, topology) if detached else ray.put(topology)
     restarts = conf["topology.executor.max.restarts"]
     actors, transfers = {}, {}
     for w, ts in tasks_of.items():
@@ -99,15 +116,17 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
         for task in ts:
             actors[task] = ExecutorActor.options(
                 num_cpus=cpu, scheduling_strategy=strategy, max_restarts=restarts,
-                name=executor_name(prefix, task)).remote(name, topo_ref, conf, task,
-                                                         task_worker, prefix)
+                lifetime=lifetime, name=executor_name(prefix, task),
+            ).remote(name, topo_ref, conf, task, task_worker, prefix)
         if with_transfer:
             dests = {t: topology.downstream_tasks(topology.task_component(t)) for t in ts}
             transfers[w] = TransferActor.options(
                 num_cpus=cpu, scheduling_strategy=strategy, max_restarts=restarts,
-                name=transfer_name(prefix, w)).remote(name, w, conf, task_worker, prefix,
+                lifetime=lifetime, name=transfer_name(prefix, w),
+            ).remote(name, w, conf, task_worker, prefix,
                                                       dests)
-    handle = TopologyHandle(name, topology, conf, actors, pgs, task_worker, transfers)
+    handle = TopologyHandle(name, topology, conf, actors, pgs, task_worker, transfers,
+                            prefix=prefix, detached=detached)
     handle._topology_ref = topo_ref  # a restarted executor's __init__ reads it again
     try:
         if transfers:

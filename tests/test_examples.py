@@ -20,7 +20,8 @@ def test_flights_job_checks_itself_against_spark_sql(tmp_path):
                            str(out)], capture_output=True, text=True, timeout=1200, cwd=ROOT)
     tail = (proc.stdout + proc.stderr)[-4000:]
     assert proc.returncode == 0, tail
-    assert "CHECK PASSED: 240 carrier and route totals (336,776 flights)" in proc.stdout, tail
+    assert ("CHECK PASSED: 240 carrier and route totals (336,776 flights), back in Spark"
+            in proc.stdout), tail
     summary = json.loads(out.read_text())
     assert summary["flights"] == 336_776
     carriers = [r for r in summary["summary"] if r["kind"] == "carrier"]

@@ -28,14 +28,15 @@ from topology._config import CONFIG_KEYS, DEFAULTS, ConfigKey, effective_batch_s
 from topology._dataframe_spout import DataFrameSpout
 from topology._errors import ConfigError, EmitError, TopologyError
 from topology._fields import Fields
+from topology._sinks import DatasetSink
 from topology._spouts import CollectorBolt, IterableSpout
 from topology._tuple import Tuple
 
 __all__ = [
     "ACKER_ID", "BatchBolt", "Bolt", "BoltDeclarer", "CONFIG_KEYS", "CollectorBolt",
-    "ComponentSpec",
-    "ConfigError", "ConfigKey", "DEFAULTS", "DEFAULT_STREAM", "DataFrameSpout", "EmitError",
-    "Fields", "GROUPINGS", "Grouping", "IterableSpout", "OutputCollector", "OutputFieldsDeclarer",
-    "Spout", "SpoutDeclarer", "SpoutOutputCollector", "StormTopology", "TopologyBuilder",
-    "TopologyContext", "TopologyError", "Tuple", "effective_batch_size", "make_config",
+    "ComponentSpec", "ConfigError", "ConfigKey", "DEFAULTS", "DEFAULT_STREAM", "DataFrameSpout",
+    "DatasetSink", "EmitError", "Fields", "GROUPINGS", "Grouping", "IterableSpout",
+    "OutputCollector", "OutputFieldsDeclarer", "Spout", "SpoutDeclarer", "SpoutOutputCollector",
+    "StormTopology", "TopologyBuilder", "TopologyContext", "TopologyError", "Tuple",
+    "effective_batch_size", "make_config",
 ]

@@ -96,6 +96,16 @@ class Spout(_Component):
     def close(self) -> None:
         """The task is shutting down (not guaranteed on a process crash)."""
 
+    #: Items the whole component (all its tasks) will emit, when the spout knows it (a
+    #: finite source such as a DataFrame); read on the driver for progress bars.
+    total_items: int | None = None
+
+    def progress(self) -> int | None:
+        """How many source items this task has taken so far (replays not counted), or
+        None when the spout does not count. Called from another thread than
+        ``next_tuple`` (read a counter, do not compute); feeds ``handle.progress()``."""
+        return None
+
 
 class Bolt(_Component):
     """A processing step (Storm's ``IBolt``), plus Flink's ``endInput`` as :meth:`finish`.

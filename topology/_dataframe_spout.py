@@ -33,7 +33,9 @@ class DataFrameSpout(Spout):
             ``topology.max.spout.pending``).
 
     Attributes:
-        total_rows: the frame's row count (from block metadata; no extra Spark job).
+        total_rows: the frame's row count (from block metadata; no extra Spark job); also
+            ``total_items``, so ``handle.progress()`` and ``wait(progress=True)`` show rows
+            consumed of the total.
 
     Raises:
         TopologyError: ``df`` is not a Spark DataFrame, or RayDP is not installed.
@@ -51,6 +53,7 @@ class DataFrameSpout(Spout):
         ds = ray.data.from_spark(df, override_num_blocks=parallelism)
         self._block_refs = ds.to_arrow_refs()
         self.total_rows = ds.count()
+        self.total_items = self.total_rows
         # Keep the dataset (and so the blocks' owner bookkeeping) alive on the driver side.
         self._ds = ds
 
@@ -96,6 +99,10 @@ class DataFrameSpout(Spout):
         else:
             self._collector.emit(row)
         self.emitted_rows += 1
+
+    def progress(self) -> int:
+        """Rows of this task's blocks emitted so far (replays not counted)."""
+        return self.emitted_rows
 
     def ack(self, msg_id) -> None:
         self._in_flight.pop(msg_id, None)

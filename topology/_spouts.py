@@ -40,6 +40,7 @@ class IterableSpout(Spout):
             items, (list, tuple, range)) else items
         self._factory = factory
         self._msg_ids = msg_ids
+        self.total_items = len(self._items) if self._items is not None else None
 
     def open(self, conf, context, collector) -> None:
         self._collector = collector
@@ -52,6 +53,7 @@ class IterableSpout(Spout):
         self._replay: list = []  # failed msg_ids, oldest first
         self.acked_ids: list = []  # for inspection (handle.task_state)
         self.failed_ids: list = []
+        self.taken = 0
 
     def next_tuple(self) -> None:
         if self._replay:
@@ -59,6 +61,7 @@ class IterableSpout(Spout):
             self._collector.emit(self._in_flight[mid], msg_id=mid)
             return
         i, item = next(self._it)  # StopIteration: nothing left (the executor waits for acks)
+        self.taken += 1
         if self._single and not isinstance(item, (list, tuple)):
             item = (item,)
         n, k = self._stride
@@ -68,6 +71,10 @@ class IterableSpout(Spout):
             self._collector.emit(item, msg_id=mid)
         else:
             self._collector.emit(item)
+
+    def progress(self) -> int:
+        """Items of this task taken from the iterable so far (replays not counted)."""
+        return self.taken
 
     def ack(self, msg_id) -> None:
         if self._in_flight.pop(msg_id, None) is not None:
