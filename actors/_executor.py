@@ -1105,7 +1105,7 @@ class ExecutorCore:
         }
 
     def _progress(self) -> int | None:
-        if not self.is_spout:
+        if not self.is_spout or not self._started_at:  # before open(): nothing taken
             return None
         try:
             p = self.obj.progress()

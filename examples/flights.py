@@ -240,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"CHECK FAILED: {n_bad} of {n_groups} groups differ from Spark SQL (e.g. "
                   f"{bad}); {n_flights:,} of {n_rows:,} flights counted; {len(errors)} kinds "
                   f"of user errors")
+            for e in errors:
+                print(f"  error in {e['component']}:{e['task']} ({e['count']}x): "
+                      f"{e['error_type']}: {e['message']}")
             return 1
         print(f"CHECK PASSED: {n_groups} carrier and route totals ({n_flights:,} flights), "
               f"back in Spark as a DataFrame, equal Spark SQL's aggregation of the same frame")

@@ -66,7 +66,7 @@ def ray_head():
             except Exception:
                 assert time.monotonic() < deadline, "the Ray head's job server never came up"
                 time.sleep(1)
-        yield address, env
+        yield address, env, f"127.0.0.1:{gcs}"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -76,25 +76,63 @@ def ray_head():
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def test_ray_job_submit_runs_the_wordcount_example(ray_head):
-    from ray.job_submission import JobStatus, JobSubmissionClient
-
-    address, env = ray_head
+def _job_submit(address: str, env: dict, *entrypoint: str, wait: bool = True):
+    """``ray job submit`` from the project root; returns the process and its output."""
     deadline = time.monotonic() + 120
     while True:
         proc = subprocess.run(
-            [RAY, "job", "submit", "--address", address, "--working-dir", ".", "--",
-             "python", "examples/wordcount.py", "--repeat", "500"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+            [RAY, "job", "submit", "--address", address, "--working-dir", ".",
+             *([] if wait else ["--no-wait"]), "--", "python", *entrypoint],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
         out = proc.stdout + proc.stderr
         # the job server answers before the head's agent has registered; Ray's own
         # message says to try again, which is what a user would do
         if "No available agent to submit job" not in out or time.monotonic() > deadline:
-            break
+            return proc, out
         time.sleep(2)
+
+
+def test_ray_job_submit_runs_the_wordcount_example(ray_head):
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    address, env, _ = ray_head
+    proc, out = _job_submit(address, env, "examples/wordcount.py", "--repeat", "500")
     assert proc.returncode == 0, out[-4000:]
     assert "CHECK PASSED: 27 words, 16,000 counted, 2,500 sentences acked" in out, out[-4000:]
     client = JobSubmissionClient(address)
     (job,) = [j for j in client.list_jobs() if j.entrypoint.startswith("python examples/")]
     assert client.get_job_status(job.submission_id) == JobStatus.SUCCEEDED
     assert "CHECK PASSED" in client.get_job_logs(job.submission_id)
+
+
+@pytest.mark.spark
+def test_the_flights_job_submitted_and_watched_with_the_cli(ray_head, tmp_path):
+    """The README's path: ``ray job submit`` the flights job (Spark on Ray inside the job),
+    watch it with ``storm-on-ray stats flights`` while it runs, and read its result."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    address, env, gcs = ray_head
+    proc, out = _job_submit(address, env, "examples/flights.py", "--out",
+                            str(tmp_path / "flights.json"), wait=False)
+    assert proc.returncode == 0, out[-4000:]
+    client = JobSubmissionClient(address)
+    (job,) = [j for j in client.list_jobs() if "flights.py" in j.entrypoint]
+    cli = [str(Path(sys.executable).with_name("storm-on-ray")), "--address", gcs, "stats",
+           "flights"]
+    seen = None
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        status = client.get_job_status(job.submission_id)
+        if status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
+            break
+        if seen is None:
+            st = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
+            if st.returncode == 0:
+                seen = st.stdout
+        time.sleep(1)
+    logs = client.get_job_logs(job.submission_id)
+    assert client.get_job_status(job.submission_id) == JobStatus.SUCCEEDED, logs[-4000:]
+    assert "CHECK PASSED: 240 carrier and route totals (336,776 flights)" in logs, logs[-3000:]
+    assert seen is not None, "storm-on-ray stats never showed the running topology"
+    rows = {ln.split()[0] for ln in seen.splitlines()[2:] if ln.strip()}
+    assert {"flights", "route_stats", "carrier_stats", "ranking"} <= rows, seen

@@ -54,6 +54,7 @@ class DataFrameSpout(Spout):
         self._block_refs = ds.to_arrow_refs()
         self.total_rows = ds.count()
         self.total_items = self.total_rows
+        self.emitted_rows = 0
         # Keep the dataset (and so the blocks' owner bookkeeping) alive on the driver side.
         self._ds = ds
 

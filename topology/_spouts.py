@@ -41,6 +41,7 @@ class IterableSpout(Spout):
         self._factory = factory
         self._msg_ids = msg_ids
         self.total_items = len(self._items) if self._items is not None else None
+        self.taken = 0
 
     def open(self, conf, context, collector) -> None:
         self._collector = collector
