@@ -361,8 +361,7 @@ def _placement_groups(prefix: str | None) -> list:
 
     out = []
     for pg_id, info in ray.util.placement_group_table().items():
-        if (info.get("name") or "").startswith(f"{prefix}-pg-") and info.get(
-                "state") != "REMOVED":
+        if info.get("name") == f"{prefix}-pg" and info.get("state") != "REMOVED":
             out.append(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
     return out
 

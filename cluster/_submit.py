@@ -1,4 +1,4 @@
-"""Placing a topology on Ray: a worker is a STRICT_PACK placement group of executors."""
+"""Placing a topology on Ray: one placement group per topology, one bundle (one node) per worker."""
 
 from __future__ import annotations
 
@@ -17,9 +17,13 @@ from topology import StormTopology, TopologyError, make_config
 logger = logging.getLogger("storm_on_ray.cluster")
 
 
-def placement_group_name(prefix: str, worker: int) -> str:
-    """The name of worker ``worker``'s placement group in the submit named ``prefix``."""
-    return f"{prefix}-pg-{worker}"
+def placement_group_name(prefix: str) -> str:
+    """The name of the placement group of the submit named ``prefix``."""
+    return f"{prefix}-pg"
+
+
+#: ``topology.worker.placement`` → the placement group's strategy (bundle = worker)
+_STRATEGIES = {"pack": "PACK", "spread": "SPREAD"}
 
 
 def assign_tasks(topology: StormTopology, workers: int) -> dict[int, int]:
@@ -30,24 +34,15 @@ def assign_tasks(topology: StormTopology, workers: int) -> dict[int, int]:
         t for ts in topology.component_tasks.values() for t in ts))}
 
 
-def _worker_nodes(workers: int, placement: str) -> list[str]:
-    """The node each worker's placement group is aimed at (a soft target: Ray falls back to
-    any node with room). ``pack``: the submitting node; ``spread``: alive nodes with CPUs,
-    round robin in node-id order."""
-    if placement == "pack":
-        return [ray.get_runtime_context().get_node_id()] * workers
-    nodes = sorted(n["NodeID"] for n in ray.nodes()
-                   if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0)
-    return [nodes[i % len(nodes)] for i in range(workers)]
-
-
 def submit(name: str, conf: dict | None, topology: StormTopology,
            ready_timeout: float = 120, detached: bool = False) -> TopologyHandle:
     """Create the workers and executors of ``topology`` and start them; returns at once.
 
-    Each worker is a STRICT_PACK placement group (one node) holding its executors and, when
-    ``topology.workers`` > 1, one :class:`TransferActor`. ``topology.worker.placement``
-    chooses whether workers share the submitting node (``pack``) or spread over nodes.
+    The topology gets one placement group with one bundle per worker; a bundle is on one
+    node and holds the worker's executors and, when ``topology.workers`` > 1, its
+    :class:`TransferActor`. ``topology.worker.placement`` is the group's strategy: ``pack``
+    (Ray's PACK: as few nodes as possible) or ``spread`` (Ray's SPREAD: workers on
+    different nodes where there are enough).
 
     ``detached=True`` makes a topology that outlives this driver, as a Storm topology
     outlives ``storm jar``: its actors and placement groups are Ray-detached, and the
@@ -85,22 +80,21 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
     tasks_of = {w: ts for w, ts in tasks_of.items() if ts}
     cpu = conf["topology.component.cpu.pcore.percent"] / 100.0
     with_transfer = workers > 1
-    nodes = _worker_nodes(workers, conf["topology.worker.placement"])
     # actor and placement-group names let a restarted actor find its peers and another
     # driver find the topology (unique per submit, so a name can be reused once killed)
     prefix = f"storm-{name}-{uuid.uuid4().hex[:8]}"
     lifetime = "detached" if detached else None
-    pgs = []
-    for w, ts in tasks_of.items():
-        need = round(cpu * (len(ts) + with_transfer), 4)
-        pgs.append(placement_group([{"CPU": need}], strategy="STRICT_PACK",
-                                   name=placement_group_name(prefix, w), lifetime=lifetime,
-                                   _soft_target_node_id=nodes[w]))
+    # one bundle per worker: a bundle is always on one node (a Storm worker is one
+    # process); Ray's PACK or SPREAD strategy chooses the nodes, knowing their load
+    bundle_of = {w: i for i, w in enumerate(tasks_of)}
+    pg = placement_group(
+        [{"CPU": round(cpu * (len(ts) + with_transfer), 4)} for ts in tasks_of.values()],
+        strategy=_STRATEGIES[conf["topology.worker.placement"]],
+        name=placement_group_name(prefix), lifetime=lifetime)
     try:
-        ray.get([pg.ready() for pg in pgs], timeout=ready_timeout)
+        ray.get(pg.ready(), timeout=ready_timeout)
     except ray.exceptions.GetTimeoutError:
-        for pg in pgs:
-            ray.util.remove_placement_group(pg)
+        ray.util.remove_placement_group(pg)
         raise TimeoutError(
             f"topology {name!r}: Ray could not reserve {cpu:.3f} CPU per executor for "
             f"{topology.num_tasks} executors in {workers} worker(s) within {ready_timeout} s; "
@@ -111,8 +105,8 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
     restarts = conf["topology.executor.max.restarts"]
     actors, transfers = {}, {}
     for w, ts in tasks_of.items():
-        strategy = PlacementGroupSchedulingStrategy(placement_group=pgs[w],
-                                                    placement_group_bundle_index=0)
+        strategy = PlacementGroupSchedulingStrategy(placement_group=pg,
+                                                    placement_group_bundle_index=bundle_of[w])
         for task in ts:
             actors[task] = ExecutorActor.options(
                 num_cpus=cpu, scheduling_strategy=strategy, max_restarts=restarts,
@@ -123,9 +117,8 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
             transfers[w] = TransferActor.options(
                 num_cpus=cpu, scheduling_strategy=strategy, max_restarts=restarts,
                 lifetime=lifetime, name=transfer_name(prefix, w),
-            ).remote(name, w, conf, task_worker, prefix,
-                                                      dests)
-    handle = TopologyHandle(name, topology, conf, actors, pgs, task_worker, transfers,
+            ).remote(name, w, conf, task_worker, prefix, dests)
+    handle = TopologyHandle(name, topology, conf, actors, [pg], task_worker, transfers,
                             prefix=prefix, detached=detached)
     handle._topology_ref = topo_ref  # a restarted executor's __init__ reads it again
     try:

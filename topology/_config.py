@@ -83,9 +83,9 @@ _KEYS: list[ConfigKey] = [
               "status is sent again after every this many tuples put into its overflow, in "
               "case a status was lost. Counted per task (STORM-3510).", minimum=1),
     ConfigKey("topology.worker.placement", (str,), "pack",
-              "Ours (Storm leaves this to its scheduler): each worker is a STRICT_PACK "
-              "placement group; 'pack' asks Ray to put every worker on the submitting node, "
-              "'spread' puts worker i on the i-th alive node (round robin).",
+              "Ours (Storm leaves this to its scheduler): the topology's placement group "
+              "has one bundle (one node) per worker; 'pack' is Ray's PACK strategy (as few "
+              "nodes as possible), 'spread' Ray's SPREAD (workers on different nodes).",
               choices=("pack", "spread")),
     ConfigKey("topology.transfer.max.frame.bytes", (int,), 64 * 1024 * 1024,
               "Ours: the largest frame or transfer payload a receiver decodes; larger ones "
