@@ -15,7 +15,13 @@ code   Python type                 payload
 2      ``datetime.date``           ISO 8601 text
 3      ``decimal.Decimal``         its exact ``str``
 4      ``datetime.time``           ISO 8601 text
+5      ``pyarrow.RecordBatch``     Arrow IPC stream (one batch)
+6      ``pyarrow.Table``           Arrow IPC stream
 =====  ==========================  ==============================
+
+Arrow values let one tuple carry a whole record batch (``DataFrameSpout(...,
+arrow_batches=True)`` feeding vectorised bolts): its buffers are copied once into the frame
+and read back without a per-row step.
 
 Decoding is bounded (``max_frame_bytes``) and strict about shape; anything else raises
 :class:`FrameError`, which receivers count and drop.
@@ -30,6 +36,7 @@ from typing import Any
 import msgpack
 
 _EXT_DATETIME, _EXT_DATE, _EXT_DECIMAL, _EXT_TIME = 1, 2, 3, 4
+_EXT_ARROW_BATCH, _EXT_ARROW_TABLE = 5, 6
 
 #: The lowest stream index on the wire: negative indices are system streams (end of
 #: stream -1; the acking streams -2 to -8, see actors/_executor.py).
@@ -54,12 +61,37 @@ def _default(obj: Any) -> msgpack.ExtType:
         return msgpack.ExtType(_EXT_TIME, obj.isoformat().encode())
     if isinstance(obj, (set, frozenset)):
         return list(obj)
+    kind = type(obj).__name__
+    if kind in ("RecordBatch", "Table") and type(obj).__module__.startswith("pyarrow"):
+        return msgpack.ExtType(_EXT_ARROW_BATCH if kind == "RecordBatch" else _EXT_ARROW_TABLE,
+                               _arrow_ipc(obj))
     raise TypeError(f"cannot serialise a {type(obj).__name__} in a tuple: use msgpack types "
-                    f"(None, bool, int, float, str, bytes, list, dict), datetime, date, time "
-                    f"or Decimal")
+                    f"(None, bool, int, float, str, bytes, list, dict), datetime, date, time, "
+                    f"Decimal, or a pyarrow RecordBatch / Table")
+
+
+def _arrow_ipc(obj) -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, obj.schema) as writer:
+        writer.write(obj)
+    return sink.getvalue().to_pybytes()
+
+
+def _from_arrow_ipc(code: int, data: bytes):
+    import pyarrow as pa
+
+    try:
+        reader = pa.ipc.open_stream(pa.py_buffer(data))
+        return reader.read_all() if code == _EXT_ARROW_TABLE else reader.read_next_batch()
+    except (pa.ArrowException, OSError, StopIteration) as e:
+        raise FrameError(f"undecodable Arrow payload ({type(e).__name__}: {e})") from None
 
 
 def _ext_hook(code: int, data: bytes) -> Any:
+    if code in (_EXT_ARROW_BATCH, _EXT_ARROW_TABLE):
+        return _from_arrow_ipc(code, data)
     text = data.decode()
     if code == _EXT_DATETIME:
         return _dt.datetime.fromisoformat(text)

@@ -84,3 +84,91 @@ def build(n: int, work_us: float = 0.0, msg_ids: bool = False):
     b.set_bolt("count", CountMultiplesOf3(work_us)).fields_grouping("double", ["k"])
     b.set_bolt("sink", CollectorBolt()).global_grouping("count")
     return b.create_topology()
+
+
+# -- the same pipeline on Arrow record batches (batch bolts; benchmarks/peers.py) ----------
+
+
+def busy_wait(seconds: float) -> None:
+    """Burn CPU for ``seconds`` (a slow consumer that really works, not one that sleeps)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+class ArrowGenSpout(Spout):
+    """Emits i in [0, n) as record batches of ``batch_rows`` rows (field ``batch``)."""
+
+    outputs = ("batch",)
+
+    def __init__(self, n: int, batch_rows: int = 8192) -> None:
+        self.n = n
+        self.batch_rows = batch_rows
+
+    def open(self, conf, context, collector):
+        import numpy as np
+        import pyarrow as pa
+
+        self.emit, self.np, self.pa = collector.emit, np, pa
+        self.i = 0
+
+    def next_tuple(self):
+        i = self.i
+        if i >= self.n:
+            raise StopIteration
+        j = min(self.n, i + self.batch_rows)
+        self.emit((self.pa.record_batch({"i": self.np.arange(i, j, dtype=self.np.int64)}),))
+        self.i = j
+
+
+class ArrowDoubleBolt(Bolt):
+    """Vectorised: (i) → (v = 2i, k = i % 1000), one record batch in, one out."""
+
+    outputs = ("batch",)
+
+    def prepare(self, conf, context, collector):
+        import pyarrow as pa
+
+        self.emit, self.pa = collector.emit, pa
+
+    def execute(self, tup):
+        i = tup.values[0].column(0).to_numpy()
+        self.emit((self.pa.record_batch({"v": i * 2, "k": i % 1000}),))
+
+
+class ArrowCountBolt(Bolt):
+    """Vectorised: keeps v % 3 == 0 and counts per k (np.bincount); emits (k, n) per key
+    at the end. ``work_us`` > 0 busy-waits that long per row (the slow consumer)."""
+
+    outputs = ("k", "n")
+
+    def __init__(self, work_us: float = 0.0) -> None:
+        self.work_s = work_us / 1e6
+
+    def prepare(self, conf, context, collector):
+        import numpy as np
+
+        self.emit, self.np = collector.emit, np
+        self.counts = np.zeros(1000, dtype=np.int64)
+
+    def execute(self, tup):
+        batch = tup.values[0]
+        if self.work_s:
+            busy_wait(self.work_s * batch.num_rows)
+        v, k = batch.column(0).to_numpy(), batch.column(1).to_numpy()
+        self.counts += self.np.bincount(k[v % 3 == 0], minlength=1000)
+
+    def finish(self):
+        for k, n in enumerate(self.counts.tolist()):
+            if n:
+                self.emit(("k" + str(k), n))
+
+
+def build_arrow(n: int, batch_rows: int = 8192, work_us: float = 0.0):
+    """The benchmark topology on record batches: gen → double → count → sink."""
+    b = TopologyBuilder()
+    b.set_spout("gen", ArrowGenSpout(n, batch_rows))
+    b.set_bolt("double", ArrowDoubleBolt()).shuffle_grouping("gen")
+    b.set_bolt("count", ArrowCountBolt(work_us)).shuffle_grouping("double")
+    b.set_bolt("sink", CollectorBolt()).global_grouping("count")
+    return b.create_topology()
