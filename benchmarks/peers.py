@@ -56,16 +56,6 @@ CONF = {"topology.acker.executors": 0}
 # -- throughput ------------------------------------------------------------------------------
 
 
-def ours_batch(cluster: LocalCluster, n: int) -> tuple[float, dict]:
-    handle = cluster.submit_topology("peers-batch", CONF, pipeline.build_arrow(n, BATCH))
-    t0 = time.perf_counter()
-    assert handle.wait(600), handle.stats().summary()
-    dt = time.perf_counter() - t0
-    got = {k: c for *_, (k, c) in handle.collected("sink")}
-    cluster.kill_topology("peers-batch")
-    return dt, got
-
-
 def _double(b: dict) -> dict:
     i = b["id"]
     return {"v": i * 2, "k": i % 1000}
@@ -316,7 +306,8 @@ def main() -> None:
     runs = {
         "plain_loop": (n, lambda: plain_loop(n)),
         "storm_on_ray_per_tuple": (n, lambda: ours(cluster, n, CONF)),
-        "storm_on_ray_batch": (n, lambda: ours_batch(cluster, n)),
+        "storm_on_ray_batch": (n, lambda: ours(cluster, n, CONF,
+                                                 pipeline.build_arrow(n, BATCH))),
         "ray_data_per_row": (n, lambda: ray_data(n)),
         "ray_data_map_batches": (n, lambda: ray_data_batches(n)),
         "ray_actor_queue_chain": (nq, lambda: queue_chain(nq)),

@@ -195,3 +195,15 @@ def test_back_edges_close_every_cycle_and_ackers_keep_user_task_ids():
     assert set(with_ackers.downstream_tasks("b")) >= set(with_ackers.acker_tasks)
     assert with_ackers.downstream_tasks("__acker") == list(topo.component_tasks["s"])
     assert set(with_ackers.upstream_tasks("s")) == set(with_ackers.acker_tasks)
+
+
+def test_the_readme_config_reference_is_the_config_table():
+    from pathlib import Path
+
+    from topology._config import reference_table
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = readme.index("<!-- config-table -->\n") + len("<!-- config-table -->\n")
+    end = readme.index("<!-- /config-table -->")
+    assert readme[start:end] == reference_table(), \
+        "README config table is stale: paste topology._config.reference_table() into it"

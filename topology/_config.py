@@ -32,8 +32,9 @@ WAIT_STRATEGIES = ("progressive", "park", "sleep")
 
 _KEYS: list[ConfigKey] = [
     ConfigKey("topology.workers", (int,), 1,
-              "Storm's default. Each worker is a Ray placement group with its executors and "
-              "one transfer actor; tuples between workers go through the transfer actors.",
+              "Storm's default. Each worker is one bundle (one node) of the topology's placement "
+              "group, with its executors and one transfer actor; tuples between workers go "
+              "through the transfer actors.",
               minimum=1),
     ConfigKey("topology.executor.receive.buffer.size", (int,), 32768,
               "Storm's default. Bounds each executor's receive queue, in tuples.", minimum=2),
@@ -219,3 +220,15 @@ def effective_batch_size(conf: dict[str, Any]) -> int:
     """``topology.producer.batch.size`` clamped to ``[1, receive.buffer.size / 2]`` (Storm)."""
     return max(1, min(conf["topology.producer.batch.size"],
                       conf["topology.executor.receive.buffer.size"] // 2))
+
+
+def reference_table() -> str:
+    """Every config key as a Markdown table (key, default, what and why), in definition
+    order: the README's config reference is this table (a test keeps them equal)."""
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| key | default | what and why |", "|---|---|---|"]
+    for k in _KEYS:
+        lines.append(f"| `{k.name}` | `{k.default!r}` | {cell(k.reason)} |")
+    return "\n".join(lines) + "\n"
