@@ -8,7 +8,7 @@ Rows of the table (same machine, same run, side by side):
 * ``plain_loop``: the plain Python loop, one process (the limit for per-row Python work);
 * ``storm_on_ray_per_tuple``: this project, a spout and per-tuple bolts;
 * ``storm_on_ray_batch``: this project, a spout of Arrow record batches and bolts that work
-  on whole columns (numpy), one tuple per batch;
+  on whole columns (numpy), one tuple per batch (queues sized in batches: ``CONF_BATCH``);
 * ``ray_data_per_row``: Ray Data ``map`` / ``filter`` with per-row Python functions;
 * ``ray_data_map_batches``: Ray Data ``map_batches`` with the same numpy work as the batch
   bolts, same batch size;
@@ -51,6 +51,11 @@ from cluster import LocalCluster  # noqa: E402
 
 BATCH = 8192
 CONF = {"topology.acker.executors": 0}
+# queues count tuples, not bytes: with a 128 KiB record batch per tuple, size them in
+# batches (64 per receive queue, 4 per frame), or the default 32,768-tuple queues would
+# hold gigabytes before they push back
+CONF_BATCH = {**CONF, "topology.executor.receive.buffer.size": 64,
+              "topology.producer.batch.size": 4}
 
 
 # -- throughput ------------------------------------------------------------------------------
@@ -176,9 +181,9 @@ def slow_runs(cluster: LocalCluster, seconds: float, work_us: float) -> dict:
     work_s = work_us / 1e6
     endless = 10**12
 
-    def topology(build):
+    def topology(build, conf):
         def run(stop):
-            h = cluster.submit_topology("peers-slow", CONF, build())
+            h = cluster.submit_topology("peers-slow", conf, build())
             stop.wait()
             cluster.kill_topology("peers-slow")
             del h
@@ -225,8 +230,10 @@ def slow_runs(cluster: LocalCluster, seconds: float, work_us: float) -> dict:
 
     runs = {
         "plain_loop": loop,
-        "storm_on_ray_per_tuple": topology(lambda: pipeline.build(endless, work_us=work_us)),
-        "storm_on_ray_batch": topology(lambda: pipeline.build_arrow(endless, BATCH, work_us)),
+        "storm_on_ray_per_tuple": topology(lambda: pipeline.build(endless, work_us=work_us),
+                                           CONF),
+        "storm_on_ray_batch": topology(lambda: pipeline.build_arrow(endless, BATCH, work_us),
+                                       CONF_BATCH),
         "ray_data_per_row": data(True),
         "ray_data_map_batches": data(False),
         "ray_actor_queue_chain": chain,
@@ -306,7 +313,7 @@ def main() -> None:
     runs = {
         "plain_loop": (n, lambda: plain_loop(n)),
         "storm_on_ray_per_tuple": (n, lambda: ours(cluster, n, CONF)),
-        "storm_on_ray_batch": (n, lambda: ours(cluster, n, CONF,
+        "storm_on_ray_batch": (n, lambda: ours(cluster, n, CONF_BATCH,
                                                  pipeline.build_arrow(n, BATCH))),
         "ray_data_per_row": (n, lambda: ray_data(n)),
         "ray_data_map_batches": (n, lambda: ray_data_batches(n)),
