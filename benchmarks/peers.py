@@ -112,23 +112,29 @@ def _produce(q, n: int) -> None:
         q.put((i, "k" + str(i % 1000)))
 
 
-def queue_chain(n: int, work_s: float = 0.0):
-    """Returns (elapsed s, counts) for n rows, or, with ``work_s``, the running parts."""
+def _start_chain(n: int, work_s: float = 0.0):
+    """Start the naive chain on n rows: (queues and actors to stop, the count's ref)."""
     from ray.util.queue import Queue
 
     q1, q2 = Queue(maxsize=1000), Queue(maxsize=1000)
     a, b = _Stage.remote(), _Stage.remote()
-    t0 = time.perf_counter()
     prod = _produce.remote(q1, n)
-    ra = a.run.remote(q1, q2, "double", n)
-    rb = b.run.remote(q2, None, "count", n, work_s)
-    if work_s:
-        return (q1, q2, a, b, prod)
-    counts = ray.get(rb)
-    ray.get([prod, ra])
-    dt = time.perf_counter() - t0
-    for x in (a, b, q1.actor, q2.actor):
+    a.run.remote(q1, q2, "double", n)
+    return [prod, a, b, q1.actor, q2.actor], b.run.remote(q2, None, "count", n, work_s)
+
+
+def _stop_chain(parts: list) -> None:
+    ray.cancel(parts[0], force=True)
+    for x in parts[1:]:
         ray.kill(x)
+
+
+def queue_chain(n: int) -> tuple[float, dict]:
+    t0 = time.perf_counter()
+    parts, counts_ref = _start_chain(n)
+    counts = ray.get(counts_ref)
+    dt = time.perf_counter() - t0
+    _stop_chain(parts)
     return dt, counts
 
 
@@ -211,12 +217,9 @@ def slow_runs(cluster: LocalCluster, seconds: float, work_us: float) -> dict:
         return run
 
     def chain(stop):
-        parts = queue_chain(endless, work_s)
+        parts, _ = _start_chain(endless, work_s)
         stop.wait()
-        q1, q2, a, b, prod = parts
-        ray.cancel(prod, force=True)
-        for x in (a, b, q1.actor, q2.actor):
-            ray.kill(x)
+        _stop_chain(parts)
 
     def loop(stop):
         counts: dict = {}

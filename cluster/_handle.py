@@ -227,9 +227,7 @@ class TopologyHandle:
 
         Each item is ``(task_id, source_component, source_task, source_stream, values)``.
         """
-        if component_id not in self.topology.components:
-            raise KeyError(f"no component {component_id!r}; known: "
-                           f"{sorted(self.topology.components)}")
+        self._component(component_id)
         tasks = self.topology.component_tasks[component_id]
         parts = self._get([self.actors[t].collected.remote() for t in tasks], 60, "collected")
         return [x for p in parts for x in p]
@@ -299,9 +297,7 @@ class TopologyHandle:
         """Task id → attribute ``attr`` of that task's spout or bolt object (None where it
         has none), for each task of ``component_id``: introspection for tests and
         notebooks. Values must be picklable; a list is copied."""
-        if component_id not in self.topology.components:
-            raise KeyError(f"no component {component_id!r}; known: "
-                           f"{sorted(self.topology.components)}")
+        self._component(component_id)
         tasks = self.topology.component_tasks[component_id]
         vals = self._get([self.actors[t].task_state.remote(attr) for t in tasks], 60,
                          "task_state")
@@ -352,6 +348,11 @@ class TopologyHandle:
                 f"{len(set(self.task_worker.values()))} worker(s))")
 
 
+def placement_group_name(prefix: str) -> str:
+    """The name of the placement group of the submit named ``prefix``."""
+    return f"{prefix}-pg"
+
+
 def _placement_groups(prefix: str | None) -> list:
     """The live placement groups of the submit named ``prefix`` (found by name in Ray's
     placement-group table, so a handle from :func:`attach` can free them)."""
@@ -361,7 +362,8 @@ def _placement_groups(prefix: str | None) -> list:
 
     out = []
     for pg_id, info in ray.util.placement_group_table().items():
-        if info.get("name") == f"{prefix}-pg" and info.get("state") != "REMOVED":
+        if info.get("name") == placement_group_name(prefix) and info.get(
+                "state") != "REMOVED":
             out.append(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
     return out
 

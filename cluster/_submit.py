@@ -11,15 +11,10 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from actors import ExecutorActor, TransferActor, executor_name, transfer_name
 from actors._store import store_topology
-from cluster._handle import TopologyHandle
+from cluster._handle import TopologyHandle, placement_group_name
 from topology import StormTopology, TopologyError, make_config
 
 logger = logging.getLogger("storm_on_ray.cluster")
-
-
-def placement_group_name(prefix: str) -> str:
-    """The name of the placement group of the submit named ``prefix``."""
-    return f"{prefix}-pg"
 
 
 #: ``topology.worker.placement`` → the placement group's strategy (bundle = worker)

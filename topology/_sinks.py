@@ -58,7 +58,8 @@ class DatasetSink(Bolt):
         self._cols: list[list] = [[] for _ in self._names] if self._names else []
         self._tables: list = []
         self.rows = 0
-        self._checked = None
+        self._checked = None  # the Fields object the last tuple's stream was checked for
+        self._index: list[int] = []  # positions of ``fields`` in the last stream's Fields
         self._lock = threading.Lock()  # the executor thread appends, a control call reads
 
     def execute(self, tup) -> None:
@@ -69,12 +70,16 @@ class DatasetSink(Bolt):
         if self.rows >= self.max_rows:
             raise OverflowError(f"DatasetSink holds max_rows={self.max_rows}")
         if self.fields is not None:
-            try:
-                values = [tup[n] for n in names]
-            except KeyError:
-                raise TopologyError(
-                    f"DatasetSink needs fields {list(names)}; stream {tup.source_stream!r} "
-                    f"of {tup.source_component!r} has {list(tup.fields)}") from None
+            if tup.fields is not self._checked:  # a stream's Fields object is shared
+                try:
+                    self._index = [tup.fields.field_index(n) for n in names]
+                except KeyError:
+                    raise TopologyError(
+                        f"DatasetSink needs fields {list(names)}; stream "
+                        f"{tup.source_stream!r} of {tup.source_component!r} has "
+                        f"{list(tup.fields)}") from None
+                self._checked = tup.fields
+            values = [tup.values[i] for i in self._index]
         else:
             if tup.fields is not self._checked and tuple(tup.fields) != names:
                 raise TopologyError(
