@@ -24,6 +24,7 @@ from ray.exceptions import RayActorError
 
 from actors._codec import FrameError, decode_batch, decode_status, encode_batch, encode_transfer
 from actors._executor import EOS_STREAM, ExecutorCore
+from actors._gc import freeze_startup_objects, tune_gc
 from actors._metrics import RayMetricsExport, TaskMetrics
 from actors._store import StoredTopology
 from actors._transfer import FRAME_LOST, executor_name, transfer_name
@@ -203,6 +204,7 @@ class ExecutorActor:
         if isinstance(topology, StoredTopology):  # a detached topology (actors/_store.py)
             topology = topology.load()
         self.core = ExecutorCore(topology_name, topology, conf, task_id, task_worker)
+        tune_gc(self.core.conf["topology.executor.gc.threshold"])
         self._max_frame = self.core.conf["topology.transfer.max.frame.bytes"]
         self._sinks: list[ActorSink] = []
         self._transfer = None
@@ -288,6 +290,8 @@ class ExecutorActor:
         core = self.core
         self._metrics = TaskMetrics(core, core.conf["topology.stall.timeout.secs"])
         core.start()
+        if core.conf["topology.executor.gc.threshold"]:
+            freeze_startup_objects()
         threading.Thread(target=self._metrics_timer, daemon=True,
                          name=f"metrics-{core.task_id}").start()
         if self.core.remote_upstream or self.core.back_sources:

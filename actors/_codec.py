@@ -152,6 +152,11 @@ def decode_batch(frame: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
             raise FrameError("frame item is not [stream_index, values(, anchors)]")
         if not MIN_STREAM_INDEX <= item[0] < limit:
             raise FrameError(f"unknown stream index {item[0]}")
+        if len(item) == 3:  # acking: the receiver iterates these pairs without checks
+            for pair in item[2]:
+                if (type(pair) is not list or len(pair) != 2 or type(pair[0]) is not int
+                        or type(pair[1]) is not int):
+                    raise FrameError("frame item's anchors are not [[root_id, edge], ...]")
     return obj[0], obj[1], obj[2], obj[3]
 
 

@@ -32,7 +32,7 @@ def stable_hash(value: object) -> int:
 @dataclass
 class _Sub:
     kind: str
-    tasks: list[int]
+    tasks: tuple[int, ...]
     idxs: tuple[int, ...] = ()
     counter: int = 0
 
@@ -46,7 +46,8 @@ class StreamRouter:
         direct_tasks: tasks that may be named by ``emit_direct`` on this stream.
     """
 
-    __slots__ = ("component", "stream", "index", "arity", "_subs", "direct_tasks", "_single")
+    __slots__ = ("component", "stream", "index", "arity", "_subs", "direct_tasks", "_single",
+                 "fixed")
 
     def __init__(self, component: str, stream: str, index: int, fields: Fields,
                  subs: list[_Sub], direct_tasks: frozenset[int]) -> None:
@@ -57,23 +58,31 @@ class StreamRouter:
         self._subs = subs
         self.direct_tasks = direct_tasks
         self._single = subs[0] if len(subs) == 1 else None
+        #: the targets when they cannot depend on the values (every subscription reaches
+        #: one task, or all its tasks), else None: the emit path then skips hashing and
+        #: counting. A fields grouping into a one-task bolt is the common case.
+        self.fixed: tuple[int, ...] | None = None
+        if all(s.kind in ("all", "global") or len(s.tasks) == 1 for s in subs):
+            self.fixed = tuple(t for s in subs for t in s.tasks)
 
-    def route(self, values) -> list[int]:
-        """Target task ids for ``values`` (one list, possibly empty)."""
+    def route(self, values) -> tuple[int, ...]:
+        """Target task ids for ``values`` (possibly empty; shared, hence a tuple)."""
+        if self.fixed is not None:
+            return self.fixed
         sub = self._single
         if sub is not None:
             return self._one(sub, values)
         out: list[int] = []
         for s in self._subs:
             out.extend(self._one(s, values))
-        return out
+        return tuple(out)
 
     @staticmethod
-    def _one(s: _Sub, values) -> list[int]:
+    def _one(s: _Sub, values) -> tuple[int, ...]:
         kind = s.kind
         if kind == "shuffle":
             s.counter += 1
-            return [s.tasks[s.counter % len(s.tasks)]]
+            return (s.tasks[s.counter % len(s.tasks)],)
         if kind == "fields":
             if len(s.idxs) == 1:
                 h = stable_hash(values[s.idxs[0]])
@@ -81,8 +90,8 @@ class StreamRouter:
                 h = 0
                 for i in s.idxs:
                     h = (h * 31 + stable_hash(values[i])) & 0xFFFFFFFFFFFF
-            return [s.tasks[h % len(s.tasks)]]
-        return s.tasks  # all, global (one task); lists are never mutated by callers
+            return (s.tasks[h % len(s.tasks)],)
+        return s.tasks  # all, global (one task)
 
     def check_direct(self, task: int) -> None:
         if task not in self.direct_tasks:
@@ -124,14 +133,14 @@ def build_routers(topology: StormTopology, component: str, task: int,
                     local = [t for t in tasks if task_worker.get(t) == task_worker.get(task)]
                     tasks = local or tasks
                 rng.shuffle(tasks)
-                subs.append(_Sub("shuffle", tasks, counter=rng.randrange(len(tasks))))
+                subs.append(_Sub("shuffle", tuple(tasks), counter=rng.randrange(len(tasks))))
             elif g.kind == "fields":
                 idxs = tuple(fields.field_index(f) for f in g.fields)
-                subs.append(_Sub("fields", tasks, idxs))
+                subs.append(_Sub("fields", tuple(tasks), idxs))
             elif g.kind == "all":
-                subs.append(_Sub("all", tasks))
+                subs.append(_Sub("all", tuple(tasks)))
             elif g.kind == "global":
-                subs.append(_Sub("global", [min(tasks)]))
+                subs.append(_Sub("global", (min(tasks),)))
         routers[sid] = StreamRouter(component, sid, table[(component, sid)], fields,
-                                    subs or [_Sub("all", [])], frozenset(direct))
+                                    subs or [_Sub("all", ())], frozenset(direct))
     return routers

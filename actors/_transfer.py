@@ -53,6 +53,7 @@ from actors._codec import (
     encode_status,
 )
 from actors._errors import LogThrottle
+from actors._gc import tune_gc
 from backpressure import BackPressureStatus, RemoteBackPressure, WorkerBackPressure
 
 logger = logging.getLogger("storm_on_ray.transfer")
@@ -93,6 +94,7 @@ class TransferActor:
         if not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO,
                                 format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        tune_gc(conf["topology.executor.gc.threshold"])
         self.topology_name = topology_name
         self.worker_id = worker_id
         self.task_worker = dict(task_worker)

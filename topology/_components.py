@@ -194,7 +194,7 @@ class TopologyContext:
     def get_this_component_id(self) -> str:
         return self.component_id
 
-    def get_component_tasks(self, component_id: str) -> list[int]:
+    def get_component_tasks(self, component_id: str) -> Sequence[int]:
         return list(self.component_tasks.get(component_id, []))
 
     def get_component_id(self, task_id: int) -> str:
@@ -207,8 +207,9 @@ class TopologyContext:
 class SpoutOutputCollector:
     """What a spout emits through (Storm's ``SpoutOutputCollector``). Never blocks."""
 
-    def emit(self, values: Sequence, stream: str = DEFAULT_STREAM, msg_id: Any = None) -> list[int]:
-        """Emit ``values`` on ``stream``; returns the target task ids.
+    def emit(self, values: Sequence, stream: str = DEFAULT_STREAM,
+             msg_id: Any = None) -> Sequence[int]:
+        """Emit ``values`` on ``stream``; returns the target task ids (a tuple).
 
         Raises:
             EmitError: wrong number of values, or a stream this spout did not declare.
@@ -227,8 +228,9 @@ class OutputCollector:
     """What a bolt emits through (Storm's ``OutputCollector``). Never blocks."""
 
     def emit(self, values: Sequence, stream: str = DEFAULT_STREAM,
-             anchors: Sequence[Tuple] | Tuple | None = None) -> list[int]:
-        """Emit ``values`` on ``stream``, anchored to ``anchors``; returns target task ids.
+             anchors: Sequence[Tuple] | Tuple | None = None) -> Sequence[int]:
+        """Emit ``values`` on ``stream``, anchored to ``anchors``; returns the target task ids
+        (a tuple).
 
         Raises:
             EmitError: wrong number of values, or a stream this bolt did not declare.

@@ -83,6 +83,14 @@ _KEYS: list[ConfigKey] = [
               "Storm's hard-coded RESEND_BACKPRESSURE_SIZE, made a key: a backlogged task's "
               "status is sent again after every this many tuples put into its overflow, in "
               "case a status was lost. Counted per task (STORM-3510).", minimum=1),
+    ConfigKey("topology.executor.gc.threshold", (int,), 10000,
+              "Ours (Storm tunes its JVM's collector through topology.worker.childopts): "
+              "Python's generation-0 collection threshold in each executor and transfer "
+              "actor process (Python's default 700). Tuples in flight are acyclic, so "
+              "reference counting frees them; at 700 the cyclic collector ran every few "
+              "hundred tuples and took ~80% of decoding a batch (measured: 1,157 vs 238 ns "
+              "per item). Objects alive after open/prepare are also frozen out of the "
+              "collector's scans. 0 keeps Python's default.", minimum=0),
     ConfigKey("topology.worker.placement", (str,), "pack",
               "Ours (Storm leaves this to its scheduler): the topology's placement group "
               "has one bundle (one node) per worker; 'pack' is Ray's PACK strategy (as few "

@@ -25,13 +25,14 @@ class Tuple:
                  "anchors", "ack_val", "done")
 
     def __init__(self, values: list, fields: Fields, source_component: str,
-                 source_task: int, source_stream: str, anchors: dict | None = None) -> None:
+                 source_task: int, source_stream: str, anchors: list | None = None) -> None:
         self.values = values
         self.fields = fields
         self.source_component = source_component
         self.source_task = source_task
         self.source_stream = source_stream
-        #: acking (Storm's MessageId): root id → this tuple's edge-id XOR; None if untracked
+        #: acking (Storm's MessageId): ``[[root id, this tuple's edge-id XOR], ...]`` as it
+        #: came off the wire (one pair per root; no dict built per tuple); None if untracked
         self.anchors = anchors
         #: XOR of the edge ids of the tuples anchored to this one so far
         self.ack_val = 0

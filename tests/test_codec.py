@@ -1,0 +1,29 @@
+"""The tuple-batch codec refuses malformed frames with FrameError (receivers count and drop
+them), and round-trips what the executors send."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from actors import FrameError, decode_batch, encode_batch
+
+
+def test_round_trip_with_and_without_anchors():
+    items = [[0, [1, "a"]], [1, [2, "b"], [[12345, 678], [9, 10]]], [-1, None]]
+    assert decode_batch(encode_batch(3, items, seq=7, epoch=2), num_streams=2) == (3, 2, 7, items)
+
+
+@pytest.mark.parametrize("item, message", [
+    ([0, [1], [[1]]], "anchors"),
+    ([0, [1], [[1, "x"]]], "anchors"),
+    ([0, [1], [5]], "anchors"),
+    ([0, [1], [[True, 2]]], "anchors"),
+    ([0, 5], "not \\[stream_index"),
+    ([7, [1]], "unknown stream index 7"),
+    (["x", [1]], "not \\[stream_index"),
+])
+def test_malformed_items_raise_frame_error(item, message):
+    frame = msgpack.packb([1, 0, 0, [[0, [0]], item]])
+    with pytest.raises(FrameError, match=message):
+        decode_batch(frame, num_streams=2)
