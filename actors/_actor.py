@@ -125,6 +125,9 @@ class ActorSink:
         if self._core.state in ("ending", "done"):  # the receiver may lack our end marker
             self._send_frame([_EOS_ITEM])
 
+    def _wake_sender(self, _fut) -> None:
+        self._core.wakeup.set()
+
     def unacked(self) -> int:
         """Frames sent to the destination and not yet acknowledged (reaps finished calls)."""
         if self._inflight and self._next - 1 > self._acked:
@@ -148,7 +151,9 @@ class ActorSink:
             frame = encode_batch(self._src, items, self._next, self._epoch)
         except TypeError:
             frame = self._encode_skipping_bad(items)
-        self._inflight.append(self._send(frame).future())
+        fut = self._send(frame).future()
+        fut.add_done_callback(self._wake_sender)  # a credit is back: retry pending_emits
+        self._inflight.append(fut)
         self._next += 1
         self.sent_batches += 1
         return len(items)

@@ -143,9 +143,12 @@ class ExecutorCore:
         self.batch_size = effective_batch_size(c)
         self.bp_wait = make_wait_strategy(c, "backpressure")
         self.idle_wait = make_wait_strategy(c, "spout" if self.is_spout else "bolt")
+        #: set when input reaches the queue, a send completes, a remote backlog clears or
+        #: the executor is stopped: the executor thread's waits end on it (see _idle)
+        self.wakeup = threading.Event()
         self.queue = JCQueue(f"{self.component_id}:{task_id}",
                              c["topology.executor.receive.buffer.size"], 1,
-                             c["topology.executor.overflow.limit"], self.bp_wait)
+                             c["topology.executor.overflow.limit"], self.bp_wait, self.wakeup)
         self.streams = stream_table(topology)
         self.routers = build_routers(topology, self.component_id, task_id, task_worker)
         # Every task any grouping routes to belongs to a subscribing component, and the
@@ -787,6 +790,7 @@ class ExecutorCore:
             return []
         newly, lags = res
         self.halt_lags_s.extend(lags)
+        self.wakeup.set()  # a destination may have cleared: retry pending_emits
         return newly
 
     # -- the loop ------------------------------------------------------------------------
@@ -866,18 +870,30 @@ class ExecutorCore:
         self.executed += len(batch)
 
     def _idle(self, idle: int) -> int:
+        """Wait for input under the idle strategy, until the wakeup event: cleared first,
+        then the queues are checked, so an insert after the check ends the wait."""
         if self._ack_out_n:
             self.flush_acks()
+        self.wakeup.clear()
+        q = self.queue
+        if q.size() or not q.is_empty_overflow():
+            return 0
         t0 = time.perf_counter()
-        idle = self.idle_wait.idle(idle)
+        idle = self.idle_wait.idle(idle, self.wakeup)
         self.idle_wait_s += time.perf_counter() - t0
         return idle
 
     def _bp_idle(self, idle: int) -> int:
+        """Wait for a destination to take ``pending_emits`` (a send completing, a remote
+        backlog clearing) or for input, under the backpressure strategy; as :meth:`_idle`,
+        the event is cleared before one more attempt."""
         if self._ack_out_n:
             self.flush_acks()
+        self.wakeup.clear()
+        if self.pending and self.try_flush_pending():
+            return 0
         t0 = time.perf_counter()
-        idle = self.bp_wait.idle(idle)
+        idle = self.bp_wait.idle(idle, self.wakeup)
         dt = time.perf_counter() - t0
         self.backpressure_wait_s += dt
         if self.pending:  # the destination at the head of pending_emits holds us back
@@ -1089,6 +1105,7 @@ class ExecutorCore:
         acks and failing timeouts; its ``activate``/``deactivate`` hook is called on each
         change, on the executor thread as Storm does. No effect on bolts."""
         self._want_active = active
+        self.wakeup.set()
 
     def _apply_active(self) -> None:
         active = self._want_active
@@ -1103,6 +1120,7 @@ class ExecutorCore:
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the loop (kill), interrupt blocked receivers, call ``close``/``cleanup``."""
         self._stop = True
+        self.wakeup.set()
         self.queue.interrupt()
         if self._thread is not None:
             self._thread.join(timeout)

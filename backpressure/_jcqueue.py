@@ -173,10 +173,13 @@ class JCQueue:
         overflow_limit: ``topology.executor.overflow.limit``; 0 = unbounded.
         bp_wait: wait strategy of blocking publishes
             (``topology.backpressure.wait.strategy``).
+        wakeup: an event set after every insert (into either queue), so a consumer idling
+            on it wakes when input arrives instead of polling (see backpressure._wait).
     """
 
     def __init__(self, name: str, capacity: int, producer_batch_size: int = 1,
-                 overflow_limit: int = 0, bp_wait: WaitStrategy | None = None) -> None:
+                 overflow_limit: int = 0, bp_wait: WaitStrategy | None = None,
+                 wakeup: threading.Event | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"queue {name}: capacity must be >= 1, got {capacity}")
         self.name = name
@@ -196,6 +199,12 @@ class JCQueue:
         self._q_in = 0  # elements ever inserted into the receive queue (under the lock)
         self._ov_barrier = 0  # _q_in when the overflow last went from empty to non-empty
         self._overflowed = 0  # elements ever put into the overflow (cumulative)
+        self.wakeup = wakeup
+
+    def _wake(self) -> None:
+        w = self.wakeup
+        if w is not None and not w.is_set():
+            w.set()
 
     # -- producers ----------------------------------------------------------------------
     def try_fill(self, items: list) -> int:
@@ -212,7 +221,8 @@ class JCQueue:
                 n = room
             self._q_in += n
             self._arrivals.notify(n)
-            return n
+        self._wake()
+        return n
 
     def publish_remote(self, items: list, limit: int | None = None,
                        dropped_out: list | None = None) -> tuple[int, int]:
@@ -233,7 +243,12 @@ class JCQueue:
         Returns:
             ``(overflowed, dropped)``: how many went to the overflow, how many were dropped.
         """
-        total = len(items)
+        res = self._publish_remote(items, len(items), limit, dropped_out)
+        self._wake()
+        return res
+
+    def _publish_remote(self, items: list, total: int, limit: int | None,
+                        dropped_out: list | None) -> tuple[int, int]:
         with self._lock:
             n = 0
             ov = self._overflow
@@ -336,11 +351,13 @@ class JCQueue:
                 self._ov_barrier = self._q_in
             self._overflow.append(obj)
             self._overflowed += 1
-            return True
+        self._wake()
+        return True
 
     def interrupt(self) -> None:
         """Make every blocked and future blocking publish raise ``QueueInterrupted``."""
         self._interrupted = True
+        self._wake()
 
     # -- consumer -----------------------------------------------------------------------
     def consume(self, handler: Callable[[Any], Any],
