@@ -27,3 +27,18 @@ def test_malformed_items_raise_frame_error(item, message):
     frame = msgpack.packb([1, 0, 0, [[0, [0]], item]])
     with pytest.raises(FrameError, match=message):
         decode_batch(frame, num_streams=2)
+
+
+def test_tune_gc_sets_generation_0_and_keeps_the_others():
+    import gc
+
+    from actors._gc import tune_gc
+
+    before = gc.get_threshold()
+    try:
+        tune_gc(12345)
+        assert gc.get_threshold() == (12345, *before[1:])
+        tune_gc(0)  # 0 leaves Python's setting alone
+        assert gc.get_threshold() == (12345, *before[1:])
+    finally:
+        gc.set_threshold(*before)

@@ -153,3 +153,51 @@ def test_acker_takes_batched_acking_messages_and_answers_in_one_message():
     acker.try_flush_batches()
     assert sent == [(2, [(ACKER_ACKED, [11, 12]), (ACKER_FAILED, [13])])]
     assert acker.acked == 2 and acker.failed == 1 and acker.bad_frames == 1
+
+
+
+def test_flush_timer_inserts_flush_tuples_only_while_something_waits_to_leave():
+    topo = _topo()
+    conf = {**CONF, "topology.batch.flush.interval.millis": 1}
+    bolt = ExecutorCore("t", topo, conf, 1, {1: 0, 2: 0})
+    bolt.connect({})
+    bolt.start()  # a sink: nothing of its own ever waits to leave
+    try:
+        time.sleep(0.05)  # ~50 timer ticks
+        assert bolt.queue.metrics().to_dict()["arrival_rate_secs"] == 0
+    finally:
+        bolt.stop()
+    spout = ExecutorCore("t", topo, {**conf, "topology.producer.batch.size": 4}, 2,
+                         {1: 0, 2: 0})
+    spout.connect({1: lambda items: len(items)})
+    assert not spout._has_flushable()
+    spout.emit([1, "k"])  # a partial batch (1 of 4): only a FlushTuple sends it
+    assert spout._has_flushable()
+    spout._handle(FLUSH)
+    assert not spout._has_flushable()
+
+
+def _all_tasks(topo):
+    return {t: 0 for ts in topo.component_tasks.values() for t in ts}
+
+
+def test_routes_that_cannot_depend_on_values_are_fixed_and_emits_return_tuples():
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(1))
+    b.set_bolt("one", CollectorBolt()).fields_grouping("src", ["key"])
+    topo = b.create_topology()
+    one, src = topo.component_tasks["one"][0], topo.component_tasks["src"][0]
+    core = ExecutorCore("t", topo, CONF, src, _all_tasks(topo))
+    assert core.routers["default"].fixed == (one,)  # a fields grouping into one task
+    b.set_bolt("two", CollectorBolt(), parallelism_hint=2).fields_grouping("src", ["key"])
+    topo = b.create_topology()
+    one, two = topo.component_tasks["one"][0], topo.component_tasks["two"]
+    core = ExecutorCore("t", topo, CONF, topo.component_tasks["src"][0], _all_tasks(topo))
+    core.connect({t: (lambda items: len(items)) for t in core.destinations})
+    assert core.routers["default"].fixed is None  # "two" has two tasks: the key decides
+    seen = set()
+    for i in range(50):
+        targets = core.emit([i, f"k{i}"])
+        assert isinstance(targets, tuple) and targets[0] == one and targets[1] in two
+        seen.add(targets[1])
+    assert seen == set(two)

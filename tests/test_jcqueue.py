@@ -286,3 +286,29 @@ def test_make_wait_strategy_from_config():
     assert isinstance(make_wait_strategy(conf, "backpressure"), SleepWaitStrategy)
     with pytest.raises(ValueError, match="unknown wait situation"):
         make_wait_strategy(conf, "acker")
+
+
+def test_every_insert_sets_the_wakeup_event():
+    ev = threading.Event()
+    q = JCQueue("w", 4, 1, overflow_limit=0, wakeup=ev)
+    for insert in (lambda: q.try_fill([1]), lambda: q.try_publish_direct(2),
+                   lambda: q.publish_remote([3, 4, 5]),  # the last one overflows
+                   lambda: q.try_publish_to_overflow(6)):
+        ev.clear()
+        insert()
+        assert ev.is_set()
+    ev.clear()
+    assert q.try_fill([7]) == 0 and not ev.is_set()  # full: nothing inserted, no wake-up
+    assert _drain(q) == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("strategy", [ProgressiveWaitStrategy(0, 0, 5000),
+                                      ParkWaitStrategy(5_000_000), SleepWaitStrategy(5000)])
+def test_a_wait_ends_when_its_wakeup_event_is_set(strategy):
+    ev = threading.Event()
+    timer = threading.Timer(0.05, ev.set)
+    timer.start()
+    t0 = time.monotonic()
+    strategy.idle(5, ev)  # would last 5 s without the event
+    assert time.monotonic() - t0 < 2.5
+    timer.join()
