@@ -498,19 +498,18 @@ class ExecutorCore:
             for t in targets:
                 self._transfer(t, msg)
             return targets
-        rand = self._rand.getrandbits
         if len(tracked) == 1:  # the usual case: every root of the one anchor gets one edge
             a = tracked[0]
             roots = a.anchors
             for t in targets:
-                e = rand(63) or 1
+                e = self._edge_id()
                 a.ack_val ^= e
                 self._transfer(t, (r.index, values, [[root, e] for root, _ in roots]))
             return targets
         for t in targets:
             child: dict[int, int] = {}
             for a in tracked:
-                e = rand(63) or 1
+                e = self._edge_id()
                 a.ack_val ^= e
                 for root, _ in a.anchors:
                     child[root] = child.get(root, 0) ^ e

@@ -243,12 +243,13 @@ class JCQueue:
         Returns:
             ``(overflowed, dropped)``: how many went to the overflow, how many were dropped.
         """
-        res = self._publish_remote(items, len(items), limit, dropped_out)
+        res = self._publish_remote(items, limit, dropped_out)
         self._wake()
         return res
 
-    def _publish_remote(self, items: list, total: int, limit: int | None,
+    def _publish_remote(self, items: list, limit: int | None,
                         dropped_out: list | None) -> tuple[int, int]:
+        total = len(items)
         with self._lock:
             n = 0
             ov = self._overflow
