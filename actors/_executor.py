@@ -65,7 +65,7 @@ _EOS_MSG = (EOS_STREAM, None)
 # Acking system streams (Storm's __ack_init/__ack_ack/__ack_fail/__ack_reset_timeout to the
 # acker, and the acker's direct streams back to the spout). One message carries many roots:
 # ACK_INIT and ACK_ACK values are [root, xor, root, xor, ...] (ACK_INIT's spout task is the
-# sender), the others [root, root, ...]; see ExecutorCore._ack_msg.
+# sender), the others [root, root, ...]; see ExecutorCore._ack_list.
 ACK_INIT, ACK_ACK, ACK_FAIL, ACK_RESET = -2, -3, -4, -5  # to the acker
 ACKER_ACKED, ACKER_FAILED, ACKER_RESET = -6, -7, -8  # acker to spout
 #: Acking values held per executor before they are sent (also sent at each FlushTuple and
@@ -216,9 +216,14 @@ class ExecutorCore:
         self._next_timeout_check = 0.0
         #: acker: root id -> [xor value, spout task (-1 until init), start time, failed]
         self._tree: dict[int, list] = {}
-        #: acking values not yet sent: dest task -> stream -> values (see _ack_msg)
-        self._ack_out: dict[int, dict[int, list]] = {}
+        #: acking values not yet sent: (dest task, stream) -> values (see _ack_list)
+        self._ack_out: dict[tuple[int, int], list] = {}
         self._ack_out_n = 0
+        #: with one acker (the default for one worker), ACK_INIT and ACK_ACK values wait in
+        #: these two lists instead (no lookup per tuple); None with several ackers
+        self._one_acker = self.ackers[0] if len(self.ackers) == 1 else None
+        self._init_out: list = []
+        self._acks_out: list = []
         self._current: Tuple | None = None  # the input being executed (auto-anchoring)
         # a BatchBolt's inputs gathered in this pass over the queue
         self._batch_in: list | None = [] if isinstance(self.obj, BatchBolt) else None
@@ -390,45 +395,78 @@ class ExecutorCore:
         return self._rand.getrandbits(63) or 1
 
     def _to_acker(self, stream: int, root: int, value: int | None = None) -> None:
+        """Hold ``root`` (and ``value``, for ACK_INIT / ACK_ACK) for the acker of ``root``
+        (Storm's fields grouping on the root id)."""
         acks = self.ackers
-        self._ack_msg(acks[root % len(acks)], stream, root, value)
-
-    def _ack_msg(self, dest: int, stream: int, root: int, value: int | None = None) -> None:
-        """Add ``root`` (and ``value``, for ACK_INIT / ACK_ACK) for ``dest`` on ``stream``:
-        they leave as one message per (destination, stream) once ``ACK_BATCH_VALUES`` are
-        held, at the next FlushTuple or when the executor idles, whichever is first.
-        Measured with benchmarks/acking.py: one message per root made acking tuples cost
-        as much as data tuples, three of them per tree."""
-        per = self._ack_out.get(dest)
-        if per is None:
-            per = self._ack_out[dest] = {}
-        lst = per.get(stream)
-        if lst is None:
-            lst = per[stream] = []
-        lst.append(root)
+        if self._one_acker is not None and (stream == ACK_INIT or stream == ACK_ACK):
+            lst = self._init_out if stream == ACK_INIT else self._acks_out
+        else:
+            lst = self._ack_list(acks[root % len(acks)], stream)
         if value is None:
+            lst.append(root)
             self._ack_out_n += 1
         else:
-            lst.append(value)
+            lst += (root, value)
             self._ack_out_n += 2
         if self._ack_out_n >= ACK_BATCH_VALUES:
             self.flush_acks()
+
+    def _ack_list(self, dest: int, stream: int) -> list:
+        """The values held for ``dest`` on ``stream``: they leave as one message per
+        (destination, stream) once ``ACK_BATCH_VALUES`` are held in all, at the next
+        FlushTuple or when the executor idles, whichever is first. Measured with
+        benchmarks/acking.py: one message per root made acking tuples cost as much as data
+        tuples, three of them per tree. A caller that appends must add to ``_ack_out_n``
+        and call :meth:`flush_acks` at ``ACK_BATCH_VALUES``."""
+        key = (dest, stream)
+        lst = self._ack_out.get(key)
+        if lst is None:
+            lst = self._ack_out[key] = []
+        return lst
 
     def flush_acks(self) -> None:
         """Send the acking values held (executor thread)."""
         if not self._ack_out_n:
             return
         out, self._ack_out, self._ack_out_n = self._ack_out, {}, 0
-        for dest, per in out.items():
-            for stream, values in per.items():
-                self._transfer(dest, (stream, values))
+        if self._init_out:
+            out[(self._one_acker, ACK_INIT)], self._init_out = self._init_out, []
+        if self._acks_out:
+            out[(self._one_acker, ACK_ACK)], self._acks_out = self._acks_out, []
+        for (dest, stream), values in out.items():
+            self._transfer(dest, (stream, values))
 
     def spout_output(self, values, stream: str = DEFAULT_STREAM,
                      msg_id: Any = None) -> tuple[int, ...]:
-        """The spout collector's ``emit``: tracked by the ackers when ``msg_id`` is given."""
+        """The spout collector's ``emit``: tracked by the ackers when ``msg_id`` is given.
+
+        With one acker, :meth:`spout_emit` inlined (as :meth:`emit` is): measured on
+        benchmarks/acking.py's spout, the calls it saves were a fifth of an emit's cost."""
         if msg_id is None:
             return self.emit(values, stream)
-        return self.spout_emit(values, stream, msg_id, None)
+        if self._one_acker is None:  # no ackers, or several
+            return self.spout_emit(values, stream, msg_id, None)
+        r = self.routers.get(stream)
+        if r is None or len(values) != r.arity:
+            r = self._router(values, stream)  # raises, naming the stream
+        targets = r.fixed or r.route(values)
+        rand = self._rand.getrandbits
+        root = rand(63) or 1
+        xor = 0
+        pending, inserters, index = self.pending, self.inserters, r.index
+        for t in targets:
+            e = rand(63) or 1
+            xor ^= e
+            msg = (index, values, [root, e])
+            if pending or not inserters[t].try_publish(msg):
+                pending.append((t, msg))
+        self.emitted += 1
+        self.pending_tuples[root] = [msg_id, time.monotonic()]
+        self._init_out += (root, xor)
+        self._ack_out_n += 2
+        if self._ack_out_n >= ACK_BATCH_VALUES:
+            self.flush_acks()
+        return targets
 
     def bolt_output(self, values, stream: str = DEFAULT_STREAM,
                     anchors=None) -> tuple[int, ...]:
@@ -439,7 +477,7 @@ class ExecutorCore:
                 return self.bolt_emit(values, stream, anchors, None)
             cur = self._current
             if self.auto_ack and cur is not None and cur.anchors:
-                return self.bolt_emit(values, stream, None, None)
+                return self._emit_anchored(values, stream, cur, None)
         return self.emit(values, stream)
 
     def _targets(self, values, stream: str,
@@ -471,21 +509,27 @@ class ExecutorCore:
                 self._transfer(t, (r.index, values))
             self._acks_due.append(msg_id)
             return targets
-        root = self._edge_id()
+        rand = self._rand.getrandbits
+        root = rand(63) or 1
         xor = 0
         for t in targets:
-            e = self._edge_id()
+            e = rand(63) or 1
             xor ^= e
-            self._transfer(t, (r.index, values, [[root, e]]))
+            self._transfer(t, (r.index, values, [root, e]))
         self.pending_tuples[root] = [msg_id, time.monotonic()]
-        self._to_acker(ACK_INIT, root, xor)
+        if self._one_acker is not None:
+            self._init_out += (root, xor)
+            self._ack_out_n += 2
+            if self._ack_out_n >= ACK_BATCH_VALUES:
+                self.flush_acks()
+        else:
+            self._to_acker(ACK_INIT, root, xor)
         return targets
 
     def bolt_emit(self, values, stream: str, anchors,
                   direct_task: int | None) -> tuple[int, ...]:
         """A bolt emit, anchored to ``anchors`` (a tuple or a list of tuples); with
         ``auto_ack`` and no anchors given, anchored to the input being executed."""
-        r, targets = self._targets(values, stream, direct_task)
         if anchors is None:
             cur = self._current
             tracked = [cur] if (self.auto_ack and cur is not None and cur.anchors) else ()
@@ -493,27 +537,47 @@ class ExecutorCore:
             if isinstance(anchors, Tuple):
                 anchors = (anchors,)
             tracked = [a for a in anchors if a is not None and a.anchors]
+        if len(tracked) == 1 and self.ackers:
+            return self._emit_anchored(values, stream, tracked[0], direct_task)
+        r, targets = self._targets(values, stream, direct_task)
         if not tracked or not self.ackers:
             msg = (r.index, values)
             for t in targets:
                 self._transfer(t, msg)
-            return targets
-        if len(tracked) == 1:  # the usual case: every root of the one anchor gets one edge
-            a = tracked[0]
-            roots = a.anchors
-            for t in targets:
-                e = self._edge_id()
-                a.ack_val ^= e
-                self._transfer(t, (r.index, values, [[root, e] for root, _ in roots]))
             return targets
         for t in targets:
             child: dict[int, int] = {}
             for a in tracked:
                 e = self._edge_id()
                 a.ack_val ^= e
-                for root, _ in a.anchors:
+                for root in a.anchors[::2]:
                     child[root] = child.get(root, 0) ^ e
-            self._transfer(t, (r.index, values, [[k, v] for k, v in child.items()]))
+            self._transfer(t, (r.index, values, [x for kv in child.items() for x in kv]))
+        return targets
+
+    def _emit_anchored(self, values, stream: str, a: Tuple,
+                       direct_task: int | None) -> tuple[int, ...]:
+        """An emit anchored to one tracked tuple ``a`` (the usual case, e.g. ``auto_ack``):
+        each target gets a new edge id, XORed into ``a.ack_val`` and paired with every root
+        of ``a``."""
+        if direct_task is None:  # _targets inlined: the hot path of an acking bolt
+            r = self.routers.get(stream)
+            if r is None or len(values) != r.arity:
+                r = self._router(values, stream)  # raises, naming the stream
+            targets = r.fixed or r.route(values)
+            self.emitted += 1
+        else:
+            r, targets = self._targets(values, stream, direct_task)
+        roots = a.anchors
+        rand = self._rand.getrandbits
+        pending, inserters, index = self.pending, self.inserters, r.index
+        for t in targets:
+            e = rand(63) or 1
+            a.ack_val ^= e
+            msg = (index, values, [roots[0], e] if len(roots) == 2
+                   else [x for root in roots[::2] for x in (root, e)])
+            if pending or not inserters[t].try_publish(msg):
+                pending.append((t, msg))
         return targets
 
     def ack_tuple(self, tup: Tuple) -> None:
@@ -522,9 +586,25 @@ class ExecutorCore:
             return
         tup.done = True
         self.acked += 1
-        if tup.anchors and self.ackers:
-            for root, edge in tup.anchors:
-                self._to_acker(ACK_ACK, root, edge ^ tup.ack_val)
+        anchors = tup.anchors
+        if anchors and self.ackers:
+            v = tup.ack_val
+            if self._one_acker is not None:
+                lst = self._acks_out
+                if len(anchors) == 2:  # one root: the usual case
+                    lst += (anchors[0], anchors[1] ^ v)
+                else:
+                    for i in range(0, len(anchors), 2):
+                        lst += (anchors[i], anchors[i + 1] ^ v)
+            else:
+                acks = self.ackers
+                for i in range(0, len(anchors), 2):
+                    root = anchors[i]
+                    self._ack_list(acks[root % len(acks)], ACK_ACK).extend(
+                        (root, anchors[i + 1] ^ v))
+            self._ack_out_n += len(anchors)
+            if self._ack_out_n >= ACK_BATCH_VALUES:
+                self.flush_acks()
 
     def fail_tuple(self, tup: Tuple) -> None:
         """Storm's ``fail``: every root of ``tup`` fails now (``__ack_fail``)."""
@@ -533,13 +613,13 @@ class ExecutorCore:
         tup.done = True
         self.failed += 1
         if tup.anchors and self.ackers:
-            for root, _ in tup.anchors:
+            for root in tup.anchors[::2]:
                 self._to_acker(ACK_FAIL, root)
 
     def reset_tuple_timeout(self, tup: Tuple) -> None:
         """Storm's ``resetTimeout`` (``__ack_reset_timeout``)."""
         if tup.anchors and self.ackers:
-            for root, _ in tup.anchors:
+            for root in tup.anchors[::2]:
                 self._to_acker(ACK_RESET, root)
 
     def _system(self, src: int, s: int, values: list) -> None:
@@ -556,6 +636,23 @@ class ExecutorCore:
     def _spout_acks(self, s: int, roots: list) -> None:
         pending = self.pending_tuples
         now = time.monotonic()
+        if s == ACKER_ACKED:  # the hot path: one loop, the user's ack bound once
+            pop, ack, lat = pending.pop, self.obj.ack, self.complete_latencies_ms
+            acked = 0
+            try:
+                for root in roots:
+                    entry = pop(root, None)
+                    if entry is not None:
+                        acked += 1
+                        lat.append((now - entry[1]) * 1000.0)
+                        try:
+                            ack(entry[0])
+                        except Exception as e:  # user code: report, go on
+                            self.errors.report(e, "ack")
+            finally:
+                self.acked += acked
+                self.unknown_acks += len(roots) - acked
+            return
         for root in roots:
             entry = pending.pop(root, None)
             if entry is None:
@@ -565,10 +662,6 @@ class ExecutorCore:
             if s == ACKER_RESET:
                 entry[1] = now
                 pending[root] = entry  # re-inserted: now the newest
-            elif s == ACKER_ACKED:
-                self.acked += 1
-                self.complete_latencies_ms.append((now - entry[1]) * 1000.0)
-                self._user_ack(entry[0])
             else:
                 self.failed += 1
                 self._user_fail(entry[0])
@@ -578,17 +671,33 @@ class ExecutorCore:
         tree = self._tree
         now = time.monotonic()
         if s == ACK_INIT or s == ACK_ACK:
-            init = s == ACK_INIT
-            for i in range(0, len(values), 2):
-                root = values[i]
-                e = tree.get(root)
-                if e is None:
-                    e = tree[root] = [0, -1, now, False]
-                e[0] ^= values[i + 1]
-                if init:
+            if len(values) % 2:
+                raise IndexError("ACK_INIT/ACK_ACK values are [root, xor, ...] pairs")
+            get, done = tree.get, self._tree_done
+            pairs = zip(values[::2], values[1::2], strict=True)
+            if s == ACK_INIT:
+                if src < 0:
+                    raise TypeError("ACK_INIT from a system task")
+                for root, v in pairs:
+                    e = get(root)
+                    if e is None:  # the usual: the init comes first
+                        e = tree[root] = [v ^ 0, src, now, False]  # (^ 0: an int)
+                        if v == 0:  # an emit to no task: complete at once
+                            done(root, e)
+                        continue
+                    e[0] ^= v
                     e[1] = src  # the spout task
-                if e[1] >= 0 and (e[0] == 0 or e[3]):
-                    self._tree_done(root, e)
+                    if e[0] == 0 or e[3]:
+                        done(root, e)
+            else:
+                for root, v in pairs:
+                    e = get(root)
+                    if e is None:  # an ack before the init (another path overtook it)
+                        tree[root] = [v ^ 0, -1, now, False]
+                        continue
+                    e[0] ^= v
+                    if e[0] == 0 and e[1] >= 0:  # (a failed tree with its spout is gone)
+                        done(root, e)
         elif s == ACK_FAIL:
             for root in values:
                 e = tree.get(root)
@@ -605,13 +714,17 @@ class ExecutorCore:
                 e[2] = now
                 tree[root] = e  # now the newest: the dict stays in time order
                 if e[1] >= 0:
-                    self._ack_msg(e[1], ACKER_RESET, root)
+                    self._ack_list(e[1], ACKER_RESET).append(root)
+                    self._ack_out_n += 1
 
     def _tree_done(self, root: int, e: list) -> None:
         del self._tree[root]
         self.acked += not e[3]
         self.failed += e[3]
-        self._ack_msg(e[1], ACKER_FAILED if e[3] else ACKER_ACKED, root)
+        self._ack_list(e[1], ACKER_FAILED if e[3] else ACKER_ACKED).append(root)
+        self._ack_out_n += 1
+        if self._ack_out_n >= ACK_BATCH_VALUES:
+            self.flush_acks()
 
     def _expire(self, now: float) -> None:
         """Time out what waited longer than ``topology.message.timeout.secs``: the spout
@@ -755,7 +868,7 @@ class ExecutorCore:
     def _fail_dropped(self, elements: list) -> None:
         """Fail the trees of tuples dropped at a back edge's cap (receiving thread: the
         messages go to the ackers through the executor thread's FlushTuple path)."""
-        roots = {r for el in elements if len(el) > 3 for r, _ in el[3]}
+        roots = {r for el in elements if len(el) > 3 for r in el[3][::2]}
         with self._bp_lock:
             self._dropped_roots.extend(roots)
 

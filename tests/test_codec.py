@@ -10,15 +10,20 @@ from actors import FrameError, decode_batch, encode_batch
 
 
 def test_round_trip_with_and_without_anchors():
-    items = [[0, [1, "a"]], [1, [2, "b"], [[12345, 678], [9, 10]]], [-1, None]]
+    items = [[0, [1, "a"]], [1, [2, "b"], [12345, 678, 9, 10]], [1, [3, "c"], [2**63 - 1, 5]],
+             [-1, None]]
     assert decode_batch(encode_batch(3, items, seq=7, epoch=2), num_streams=2) == (3, 2, 7, items)
 
 
 @pytest.mark.parametrize("item, message", [
-    ([0, [1], [[1]]], "anchors"),
-    ([0, [1], [[1, "x"]]], "anchors"),
+    ([0, [1], [[1, 2]]], "anchors"),  # the old nested pairs
+    ([0, [1], [1, "x"]], "anchors"),
     ([0, [1], [5]], "anchors"),
-    ([0, [1], [[True, 2]]], "anchors"),
+    ([0, [1], []], "anchors"),
+    ([0, [1], [1, 2, 3]], "anchors"),
+    ([0, [1], [True, 2]], "anchors"),
+    ([0, [1], [1, 2, 3, 4.5]], "anchors"),
+    ([0, [1], 7], "not \\[stream_index"),
     ([0, 5], "not \\[stream_index"),
     ([7, [1]], "unknown stream index 7"),
     (["x", [1]], "not \\[stream_index"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from actors import FLUSH, ExecutorCore
 from tests.components import SeqSpout
 from topology import CollectorBolt, TopologyBuilder
@@ -201,3 +203,62 @@ def test_routes_that_cannot_depend_on_values_are_fixed_and_emits_return_tuples()
         assert isinstance(targets, tuple) and targets[0] == one and targets[1] in two
         seen.add(targets[1])
     assert seen == set(two)
+
+
+class _IdSpout(SeqSpout):
+    """SeqSpout with ``msg_id = seq``; records acked and failed ids."""
+
+    def open(self, conf, context, collector):
+        super().open(conf, context, collector)
+        self.acked_ids: list = []
+        self.failed_ids: list = []
+
+    def next_tuple(self):
+        if self.i >= self.n:
+            raise StopIteration
+        self.collector.emit((self.i, "k" + str(self.i % self.keys)), msg_id=self.i)
+        self.i += 1
+
+    def ack(self, msg_id):
+        self.acked_ids.append(msg_id)
+
+    def fail(self, msg_id):
+        self.failed_ids.append(msg_id)
+
+
+@pytest.mark.parametrize("ackers", [1, 2])
+def test_every_tree_completes_through_one_acker_or_several(ackers):
+    """The acking fast paths (one acker: buffered init and ack values, inlined spout and
+    anchored emits) and the general one (several ackers: a root's acker by root id) must
+    agree: every tree of a branching topology (an all grouping: two edges per emit)
+    completes once, and nothing is left in any acker."""
+    from tests.components import PassBolt
+
+    b = TopologyBuilder()
+    b.set_spout("src", _IdSpout(200))
+    b.set_bolt("pass", PassBolt(), parallelism_hint=2).shuffle_grouping("src")
+    b.set_bolt("both", CollectorBolt(), parallelism_hint=2).all_grouping("pass")
+    topo = b.create_topology().with_ackers(ackers)
+    conf = {"topology.acker.executors": ackers, "topology.producer.batch.size": 16,
+            "topology.batch.flush.interval.millis": 1}
+    tasks = _all_tasks(topo)
+    cores = {t: ExecutorCore("t", topo, conf, t, tasks) for t in tasks}
+    for t, c in cores.items():
+        c.connect({d: ExecutorCore.make_queue_sink(cores[d].queue, t) for d in c.destinations})
+    (spout,) = (c for c in cores.values() if c.is_spout)
+    for c in cores.values():
+        c.start()
+    try:
+        _until(lambda: spout.done.is_set())
+        assert sorted(spout.obj.acked_ids) == list(range(200))
+        assert spout.obj.failed_ids == [] and spout.unknown_acks == 0
+        ackers_ = [cores[t] for t in topo.acker_tasks]
+        assert sum(a.acked for a in ackers_) == 200 and not any(a._tree for a in ackers_)
+        if ackers > 1:
+            assert all(a.acked for a in ackers_)  # the roots were spread over them
+        # every seq reached both "both" tasks (which may share one bolt object here)
+        rows = {id(r): r for t in topo.component_tasks["both"] for r in cores[t].obj.received}
+        assert sorted(r[-1][0] for r in rows.values()) == sorted(list(range(200)) * 2)
+    finally:
+        for c in cores.values():
+            c.stop()

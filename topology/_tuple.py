@@ -31,8 +31,9 @@ class Tuple:
         self.source_component = source_component
         self.source_task = source_task
         self.source_stream = source_stream
-        #: acking (Storm's MessageId): ``[[root id, this tuple's edge-id XOR], ...]`` as it
-        #: came off the wire (one pair per root; no dict built per tuple); None if untracked
+        #: acking (Storm's MessageId): ``[root id, this tuple's edge-id XOR, ...]`` as it
+        #: came off the wire (flat pairs, one per root; no dict built per tuple); None if
+        #: untracked
         self.anchors = anchors
         #: XOR of the edge ids of the tuples anchored to this one so far
         self.ack_val = 0
