@@ -1,0 +1,156 @@
+"""The acking path's Python cost per tuple tree, stage by stage, in one thread (no Ray, no
+threads, no waiting): acking on against off, side by side in one run.
+
+The executors of ``benchmarks/acking.py``'s pipeline (gen → double → count, plus the acker)
+are built in this process. Each stage runs on the messages the stage before produced, and
+every batch goes through the wire codec both ways (encode at the sender, decode at the
+receiver), as between actors. Stages: the spout's emits (with ``msg_id``: edge ids, the
+pending entry, the acker's init values), the double bolt (anchored emit and ack), the count
+bolt (ack), the acker (init and two acks per tree), the spout taking the acker's answers.
+Each figure is the best of five passes over ``--tuples`` tuples, in µs per tuple.
+
+What this leaves out is what a real run adds on top: actor calls (see
+``benchmarks/actor_call.py``), waits and several processes sharing two cores.
+
+    python benchmarks/acking_stages.py [--tuples 20000]
+
+Writes benchmarks/results/acking_stages.json; the last line is `key=value ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import benchmarks._pipeline as pipeline  # noqa: E402
+from actors._codec import decode_batch, encode_batch  # noqa: E402
+from actors._executor import ExecutorCore, _BoltCollector, _SpoutCollector  # noqa: E402
+from benchmarks._common import write_result  # noqa: E402
+
+
+def _cores(ack: bool) -> tuple[dict, dict]:
+    """The pipeline's executors by component, and the outbox their sinks fill (task →
+    ``[(src, stream, values(, anchors)), ...]``, after an encode/decode round trip)."""
+    ackers = 1 if ack else 0
+    topo = pipeline.build(10**9, msg_ids=ack).with_ackers(ackers)
+    workers = {t: 0 for ts in topo.component_tasks.values() for t in ts}
+    conf = {"topology.acker.executors": ackers, "topology.max.spout.pending": None}
+    cores = {topo.task_component(t): ExecutorCore("stages", topo, conf, t, workers)
+             for t in workers}
+    outbox: dict = {}
+    for core in cores.values():
+        sinks = {}
+        for d in core.destinations:
+            def sink(items, src=core.task_id, dest=d):
+                _, _, _, decoded = decode_batch(encode_batch(src, items))
+                outbox.setdefault(dest, []).extend((src, *it) for it in decoded)
+                return len(items)
+            sinks[d] = sink
+        core.connect(sinks)
+        if core.is_spout:
+            core.obj.open(core.conf, core.context, _SpoutCollector(core))
+        else:
+            core.obj.prepare(core.conf, core.context, _BoltCollector(core))
+    return cores, outbox
+
+
+def _best(fn, repeats: int = 5) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def stages(n: int, ack: bool) -> dict[str, float]:
+    """µs per tuple of each stage (acking stages only when ``ack``)."""
+    cores, outbox = _cores(ack)
+    task = {name: c.task_id for name, c in cores.items()}
+    gen = cores["gen"]
+    out: dict[str, float] = {}
+
+    def spout() -> None:
+        outbox.clear()
+        gen.pending_tuples.clear()
+        for i in range(n):
+            gen.spout_output((i, "k" + str(i % 1000)), msg_id=i if ack else None)
+        gen.flush_acks()
+        gen.try_flush_batches()
+
+    def bolt(name: str, inputs: list):
+        core = cores[name]
+
+        def run() -> None:
+            outbox.clear()
+            for el in inputs:
+                core._handle(el)
+            core.flush_acks()
+            core.try_flush_batches()
+        return run
+
+    spout()
+    from_gen, pending = dict(outbox), dict(gen.pending_tuples)
+    out["spout emit"] = _best(spout)
+    double = bolt("double", from_gen[task["double"]])
+    double()
+    from_double = dict(outbox)
+    out["double"] = _best(double)
+    count = bolt("count", from_double[task["count"]])
+    count()
+    from_count = dict(outbox)
+    out["count"] = _best(count)
+    if ack:
+        acker_task = task["__acker"]
+        acker = cores["__acker"]
+        to_acker = (from_gen[acker_task] + from_double[acker_task]
+                    + from_count[acker_task])
+
+        def ack_stage() -> None:
+            outbox.clear()
+            acker._tree.clear()
+            for el in to_acker:
+                acker._handle(el)
+            acker.flush_acks()
+            acker.try_flush_batches()
+
+        ack_stage()
+        answers = list(outbox[task["gen"]])
+        out["acker"] = _best(ack_stage)
+
+        def spout_acks() -> None:
+            gen.pending_tuples = dict(pending)
+            for el in answers:
+                gen._handle(el)
+
+        before = gen.acked
+        spout_acks()
+        assert gen.acked - before == n and not gen.pending_tuples, "trees left incomplete"
+        out["spout acks"] = _best(spout_acks)
+    return {k: v / n * 1e6 for k, v in out.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tuples", type=int, default=20000)
+    args = ap.parse_args()
+    gc.set_threshold(10000, 10, 10)  # as in the executor actors (actors/_gc.py)
+    off = stages(args.tuples, False)
+    on = stages(args.tuples, True)
+    total_off, total_on = sum(off.values()), sum(on.values())
+    write_result("acking_stages", {"tuples": args.tuples, "us_per_tuple_off": off,
+                                   "us_per_tuple_on": on, "total_off": total_off,
+                                   "total_on": total_on, "ratio": total_off / total_on})
+    for k in on:
+        print(f"{k:11} off {off.get(k, 0.0):5.2f} µs   on {on[k]:5.2f} µs")
+    print(f"us_per_tree_on={total_on:.2f} us_per_tuple_off={total_off:.2f} "
+          f"single_thread_ratio={total_off / total_on:.2f}")
+
+
+if __name__ == "__main__":
+    main()
