@@ -262,3 +262,26 @@ def test_every_tree_completes_through_one_acker_or_several(ackers):
     finally:
         for c in cores.values():
             c.stop()
+
+
+def test_spout_takes_acks_counting_unknown_roots_and_going_on_after_a_raising_ack():
+    from actors._executor import ACKER_ACKED
+
+    class _Raising(_IdSpout):
+        def ack(self, msg_id):
+            if msg_id == "bad":
+                raise ValueError("user ack failed")
+            super().ack(msg_id)
+
+    b = TopologyBuilder()
+    b.set_spout("src", _Raising(0))
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("src")
+    topo = b.create_topology().with_ackers(1)
+    src = topo.component_tasks["src"][0]
+    spout = ExecutorCore("t", topo, CONF, src, _all_tasks(topo))
+    spout.obj.open(spout.conf, spout.context, None)
+    spout.pending_tuples.update({11: ["bad", time.monotonic()], 12: ["ok", time.monotonic()]})
+    spout._system(topo.acker_tasks[0], ACKER_ACKED, [11, 99, 12])
+    assert spout.obj.acked_ids == ["ok"] and spout.acked == 2 and spout.unknown_acks == 1
+    assert not spout.pending_tuples and len(spout.complete_latencies_ms) == 2
+    assert spout.errors.total == 1
