@@ -555,7 +555,7 @@ class ExecutorCore:
         """An emit anchored to one tracked tuple ``a`` (the usual case, e.g. ``auto_ack``):
         each target gets a new edge id, XORed into ``a.ack_val`` and paired with every root
         of ``a``."""
-        if direct_task is None:  # _targets inlined: the hot path of an acking bolt
+        if direct_task is None:  # _targets and _transfer inlined, as in spout_output
             r = self.routers.get(stream)
             if r is None or len(values) != r.arity:
                 r = self._router(values, stream)  # raises, naming the stream
@@ -584,6 +584,8 @@ class ExecutorCore:
         anchors = tup.anchors
         if anchors and self.ackers:
             v = tup.ack_val
+            # _to_acker inlined for one acker: measured 0.4-0.5 µs less per tree in
+            # benchmarks/acking_stages.py than a _to_acker call per root
             if self._one_acker is not None:
                 lst = self._acks_out
                 if len(anchors) == 2:  # one root: the usual case

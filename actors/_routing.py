@@ -66,9 +66,8 @@ class StreamRouter:
             self.fixed = tuple(t for s in subs for t in s.tasks)
 
     def route(self, values) -> tuple[int, ...]:
-        """Target task ids for ``values`` (possibly empty; shared, hence a tuple)."""
-        if self.fixed is not None:
-            return self.fixed
+        """Target task ids for ``values`` (possibly empty; shared, hence a tuple). Callers
+        on the emit path try ``fixed`` first."""
         sub = self._single
         if sub is not None:
             return self._one(sub, values)
