@@ -205,11 +205,18 @@ class ExecutorCore:
         # acking (Storm's algorithm, notes/storm2-internals.md §5)
         self.ackers = tuple(topology.acker_tasks)
         self.is_acker = self.component_id == ACKER_ID
+        #: this spout task tracks its own trees (``topology.acker.in.spouts``): its root
+        #: ids satisfy ``root % len(ackers) == _own_index``, so the bolts' acks, routed by
+        #: root id as to any acker, come straight back here
+        self.own_trees = bool(self.is_spout and topology.ackers_in_spouts)
+        self._own_index = self.ackers.index(task_id) if self.own_trees else 0
+        self._root_bits = 63 - len(self.ackers).bit_length()
         self.auto_ack = bool(getattr(self.obj, "auto_ack", True))
         self._rand = random.Random(int.from_bytes(os.urandom(8), "little"))
         self.timeout_s = float(c["topology.message.timeout.secs"])
         self.max_spout_pending = c["topology.max.spout.pending"]
-        #: spout: root id -> [msg_id, emit or reset time (monotonic s)], oldest first
+        #: spout: root id -> [msg_id, emit or reset time (monotonic s)], oldest first; with
+        #: ``own_trees``, a third item: the tree's XOR value (the acker's, kept here)
         self.pending_tuples: dict[int, list] = {}
         self._acks_due: list = []  # msg ids to ack at once (no ackers)
         self._fails_since_exhausted = False
@@ -445,14 +452,19 @@ class ExecutorCore:
         2.63 to 2.26 µs per tuple)."""
         if msg_id is None:
             return self.emit(values, stream)
-        if self._one_acker is None:  # no ackers, or several
+        own = self.own_trees
+        if self._one_acker is None and not own:  # no ackers, or several acker executors
             return self.spout_emit(values, stream, msg_id, None)
         r = self.routers.get(stream)
         if r is None or len(values) != r.arity:
             r = self._router(values, stream)  # raises, naming the stream
         targets = r.fixed or r.route(values)
         rand = self._rand.getrandbits
-        root = rand(63) or 1
+        if own:  # a root id of ours: root % len(ackers) is our index
+            n = len(self.ackers)
+            root = rand(self._root_bits) * n + self._own_index or n
+        else:
+            root = rand(63) or 1
         xor = 0
         pending, inserters, index = self.pending, self.inserters, r.index
         for t in targets:
@@ -462,6 +474,12 @@ class ExecutorCore:
             if pending or not inserters[t].try_publish(msg):
                 pending.append((t, msg))
         self.emitted += 1
+        if own:  # no message: the tree's XOR starts here
+            if xor:
+                self.pending_tuples[root] = [msg_id, time.monotonic(), xor]
+            else:  # emitted to no task: complete (acked once next_tuple returns)
+                self._acks_due.append(msg_id)
+            return targets
         self.pending_tuples[root] = [msg_id, time.monotonic()]
         self._init_out += (root, xor)
         self._ack_out_n += 2
@@ -511,14 +529,23 @@ class ExecutorCore:
             self._acks_due.append(msg_id)
             return targets
         rand = self._rand.getrandbits
-        root = rand(63) or 1
+        if self.own_trees:  # a root id of ours: root % len(ackers) is our index
+            n = len(self.ackers)
+            root = rand(self._root_bits) * n + self._own_index or n
+        else:
+            root = rand(63) or 1
         xor = 0
         for t in targets:
             e = rand(63) or 1
             xor ^= e
             self._transfer(t, (r.index, values, [root, e]))
-        self.pending_tuples[root] = [msg_id, time.monotonic()]
-        self._to_acker(ACK_INIT, root, xor)
+        if not self.own_trees:
+            self.pending_tuples[root] = [msg_id, time.monotonic()]
+            self._to_acker(ACK_INIT, root, xor)
+        elif xor:
+            self.pending_tuples[root] = [msg_id, time.monotonic(), xor]
+        else:  # emitted to no task: the tree is complete (acked after next_tuple)
+            self._acks_due.append(msg_id)
         return targets
 
     def bolt_emit(self, values, stream: str, anchors,
@@ -625,6 +652,8 @@ class ExecutorCore:
         try:
             if self.is_acker:
                 self._acker(src, s, values)
+            elif self.own_trees:
+                self._own_acks(s, values)
             elif self.is_spout:
                 self._spout_acks(s, values)
         except (TypeError, IndexError, KeyError):
@@ -652,18 +681,60 @@ class ExecutorCore:
                 self.acked += acked
                 self.unknown_acks += unknown
             return
+        self._fail_or_reset(roots, s == ACKER_RESET, now)
+
+    def _fail_or_reset(self, roots: list, reset: bool, now: float) -> None:
+        """A spout's pending trees ``roots`` fail now (the user's ``fail``), or with
+        ``reset`` their timeout restarts at ``now``. Unknown roots are ignored (a fail of
+        one is counted in ``unknown_acks``)."""
+        pending = self.pending_tuples
         for root in roots:
             entry = pending.pop(root, None)
             if entry is None:
-                if s != ACKER_RESET:
-                    self.unknown_acks += 1
-                continue
-            if s == ACKER_RESET:
+                self.unknown_acks += not reset
+            elif reset:
                 entry[1] = now
                 pending[root] = entry  # re-inserted: now the newest
             else:
                 self.failed += 1
                 self._user_fail(entry[0])
+
+    def _own_acks(self, s: int, values: list) -> None:
+        """The acker's work for this spout's own trees (``own_trees``): ACK_ACK values XOR
+        into the tree's entry of ``pending_tuples`` and complete it at 0; ACK_FAIL fails it
+        now; ACK_RESET restarts its timeout. Roots no longer pending (timed out, failed) are
+        counted in ``unknown_acks`` and ignored."""
+        pending = self.pending_tuples
+        if s == ACK_ACK:
+            if len(values) % 2:
+                raise IndexError("ACK_ACK values are [root, xor, ...] pairs")
+            get, ack, lat = pending.get, self.obj.ack, self.complete_latencies_ms
+            now = time.monotonic()
+            acked = unknown = 0
+            try:
+                for root, v in zip(values[::2], values[1::2], strict=True):
+                    e = get(root)
+                    if e is None:
+                        unknown += 1
+                        continue
+                    x = e[2] ^ v
+                    if x:
+                        e[2] = x
+                        continue
+                    del pending[root]
+                    acked += 1
+                    lat.append((now - e[1]) * 1000.0)
+                    try:
+                        ack(e[0])
+                    except Exception as err:  # user code: report, go on
+                        self.errors.report(err, "ack")
+            finally:  # (a malformed value raises out of the loop: count what was done)
+                self.acked += acked
+                self.unknown_acks += unknown
+        elif s == ACK_FAIL or s == ACK_RESET:
+            self._fail_or_reset(values, s == ACK_RESET, time.monotonic())
+        else:
+            raise TypeError(f"acking stream {s} is not for a spout's own trees")
 
     def _acker(self, src: int, s: int, values: list) -> None:
         """Storm's ``Acker.execute``: XOR per root; a root completes at 0 or on a fail."""

@@ -6,7 +6,8 @@ are built in this process. Each stage runs on the messages the stage before prod
 every batch goes through the wire codec both ways (encode at the sender, decode at the
 receiver), as between actors. Stages: the spout's emits (with ``msg_id``: edge ids, the
 pending entry, the acker's init values), the double bolt (anchored emit and ack), the count
-bolt (ack), the acker (init and two acks per tree), the spout taking the acker's answers.
+bolt (ack), the acker (init and two acks per tree), the spout taking the acker's answers;
+and with ``topology.acker.in.spouts``, the spout taking the bolts' acks itself.
 Each figure is the best of five passes over ``--tuples`` tuples, in µs per tuple.
 
 What this leaves out is what a real run adds on top: actor calls (see
@@ -33,13 +34,14 @@ from actors._executor import ExecutorCore, _BoltCollector, _SpoutCollector  # no
 from benchmarks._common import write_result  # noqa: E402
 
 
-def _cores(ack: bool) -> tuple[dict, dict]:
+def _cores(ack: bool, in_spouts: bool = False) -> tuple[dict, dict]:
     """The pipeline's executors by component, and the outbox their sinks fill (task →
     ``[(src, stream, values(, anchors)), ...]``, after an encode/decode round trip)."""
     ackers = 1 if ack else 0
-    topo = pipeline.build(10**9, msg_ids=ack).with_ackers(ackers)
+    topo = pipeline.build(10**9, msg_ids=ack).with_ackers(ackers, in_spouts)
     workers = {t: 0 for ts in topo.component_tasks.values() for t in ts}
-    conf = {"topology.acker.executors": ackers, "topology.max.spout.pending": None}
+    conf = {"topology.acker.executors": ackers, "topology.max.spout.pending": None,
+            "topology.acker.in.spouts": in_spouts}
     cores = {topo.task_component(t): ExecutorCore("stages", topo, conf, t, workers)
              for t in workers}
     outbox: dict = {}
@@ -68,9 +70,11 @@ def _best(fn, repeats: int = 5) -> float:
     return best
 
 
-def stages(n: int, ack: bool) -> dict[str, float]:
-    """µs per tuple of each stage (acking stages only when ``ack``)."""
-    cores, outbox = _cores(ack)
+def stages(n: int, ack: bool, in_spouts: bool = False) -> dict[str, float]:
+    """µs per tuple of each stage (acking stages only when ``ack``; with ``in_spouts`` the
+    spout is the acker of its own trees, so the acker stage is the spout taking the bolts'
+    acks)."""
+    cores, outbox = _cores(ack, in_spouts)
     task = {name: c.task_id for name, c in cores.items()}
     gen = cores["gen"]
     out: dict[str, float] = {}
@@ -105,7 +109,19 @@ def stages(n: int, ack: bool) -> dict[str, float]:
     count()
     from_count = dict(outbox)
     out["count"] = _best(count)
-    if ack:
+    if ack and in_spouts:
+        answers = from_double[task["gen"]] + from_count[task["gen"]]
+
+        def own_acks() -> None:
+            gen.pending_tuples = {k: list(v) for k, v in pending.items()}
+            for el in answers:
+                gen._handle(el)
+
+        before = gen.acked
+        own_acks()
+        assert gen.acked - before == n and not gen.pending_tuples, "trees left incomplete"
+        out["spout acks"] = _best(own_acks)
+    elif ack:
         acker_task = task["__acker"]
         acker = cores["__acker"]
         to_acker = (from_gen[acker_task] + from_double[acker_task]
@@ -142,14 +158,19 @@ def main() -> None:
     gc.set_threshold(10000, 10, 10)  # as in the executor actors (actors/_gc.py)
     off = stages(args.tuples, False)
     on = stages(args.tuples, True)
-    total_off, total_on = sum(off.values()), sum(on.values())
-    write_result("acking_stages", {"tuples": args.tuples, "us_per_tuple_off": off,
-                                   "us_per_tuple_on": on, "total_off": total_off,
-                                   "total_on": total_on, "ratio": total_off / total_on})
+    sp = stages(args.tuples, True, in_spouts=True)
+    total_off, total_on, total_sp = sum(off.values()), sum(on.values()), sum(sp.values())
+    write_result("acking_stages", {
+        "tuples": args.tuples, "us_per_tuple_off": off, "us_per_tuple_on": on,
+        "us_per_tuple_in_spouts": sp, "total_off": total_off, "total_on": total_on,
+        "total_in_spouts": total_sp, "ratio": total_off / total_on,
+        "ratio_in_spouts": total_off / total_sp})
+    print(f"{'stage':11} {'off':>8} {'acker':>8} {'in spouts':>10}  (µs per tuple)")
     for k in on:
-        print(f"{k:11} off {off.get(k, 0.0):5.2f} µs   on {on[k]:5.2f} µs")
-    print(f"us_per_tree_on={total_on:.2f} us_per_tuple_off={total_off:.2f} "
-          f"single_thread_ratio={total_off / total_on:.2f}")
+        print(f"{k:11} {off.get(k, 0.0):8.2f} {on[k]:8.2f} {sp.get(k, 0.0):10.2f}")
+    print(f"us_per_tree_on={total_on:.2f} us_per_tree_in_spouts={total_sp:.2f} "
+          f"us_per_tuple_off={total_off:.2f} single_thread_ratio={total_off / total_on:.2f} "
+          f"single_thread_ratio_in_spouts={total_off / total_sp:.2f}")
 
 
 if __name__ == "__main__":

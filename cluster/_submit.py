@@ -62,7 +62,7 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
     if ackers is None:  # Storm: one acker per worker
         ackers = workers
     if ackers > 0:
-        topology = topology.with_ackers(ackers)
+        topology = topology.with_ackers(ackers, conf["topology.acker.in.spouts"])
     elif topology.back_edges:
         logger.warning(
             "topology %r has cycles (back edges %s) and no ackers: tuples beyond a back "

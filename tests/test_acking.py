@@ -28,6 +28,11 @@ from topology import ACKER_ID, CollectorBolt, IterableSpout, TopologyBuilder
 
 pytestmark = pytest.mark.ray
 
+#: the two acker placements: Storm's acker executors (the default), and the spout tasks
+#: tracking their own trees (topology.acker.in.spouts); every scenario must hold in both
+IN_SPOUTS = {"topology.acker.in.spouts": True}
+ACKING = pytest.mark.parametrize("acking", [{}, IN_SPOUTS], ids=["ackers", "in_spouts"])
+
 
 def _finish(cluster, name, builder, conf=None, timeout=120):
     """Run to completion; return (stats, handle) with the handle still alive."""
@@ -36,13 +41,14 @@ def _finish(cluster, name, builder, conf=None, timeout=120):
     return handle.stats(), handle
 
 
+@ACKING
 @pytest.mark.parametrize("workers", [1, 2])
-def test_acking_every_tuple_tree_completes(cluster, name, workers):
+def test_acking_every_tuple_tree_completes(cluster, name, workers, acking):
     b = TopologyBuilder()
     b.set_spout("src", TimedSpout(300))
     b.set_bolt("mid", PassBolt(), 2).shuffle_grouping("src")
     b.set_bolt("sink", CollectorBolt()).shuffle_grouping("mid")
-    stats, handle = _finish(cluster, name, b, {"topology.workers": workers})
+    stats, handle = _finish(cluster, name, b, {"topology.workers": workers, **acking})
     try:
         acked = handle.task_state("src", "acked_after")
         failed = handle.task_state("src", "failed_after")
@@ -52,12 +58,16 @@ def test_acking_every_tuple_tree_completes(cluster, name, workers):
     assert sorted(acked) == list(range(300)) and failed == {}
     spout = stats.component("src")[0]
     assert spout.raw["acked"] == 300 and spout.raw["pending_tuples"] == 0
-    assert len(stats.component(ACKER_ID)) == workers  # one acker per worker by default
-    assert stats.total(ACKER_ID, "acked") == 300
     assert len(spout.raw["complete_latencies_ms"]) == 300
+    if acking:  # the spout was the acker: no acker task, no acking message from it
+        assert ACKER_ID not in handle.topology.components and spout.raw["unknown_acks"] == 0
+    else:
+        assert len(stats.component(ACKER_ID)) == workers  # one acker per worker by default
+        assert stats.total(ACKER_ID, "acked") == 300
 
 
-def test_ack_branching_waits_for_every_branch(cluster, name):
+@ACKING
+def test_ack_branching_waits_for_every_branch(cluster, name, acking):
     """A diamond: each tuple reaches the join twice. Even seqs complete; for odd seqs one
     branch drops its copy, so the join holds the other and the tree never completes: those
     time out (Storm's testAckBranching, where 0 acks come before the second branch)."""
@@ -66,7 +76,7 @@ def test_ack_branching_waits_for_every_branch(cluster, name):
     b.set_bolt("a", PassBolt()).shuffle_grouping("src")
     b.set_bolt("b", DropOddBolt()).shuffle_grouping("src")
     b.set_bolt("join", JoinBolt(2)).shuffle_grouping("a").shuffle_grouping("b")
-    stats, handle = _finish(cluster, name, b, {"topology.message.timeout.secs": 3})
+    stats, handle = _finish(cluster, name, b, {"topology.message.timeout.secs": 3, **acking})
     try:
         (acked,) = handle.task_state("src", "acked_after").values()
         (failed,) = handle.task_state("src", "failed_after").values()
@@ -78,12 +88,13 @@ def test_ack_branching_waits_for_every_branch(cluster, name):
     assert stats.component("src")[0].raw["timeouts"] == 10
 
 
-def test_acking_self_anchor(cluster, name):
+@ACKING
+def test_acking_self_anchor(cluster, name, acking):
     b = TopologyBuilder()
     b.set_spout("src", TimedSpout(50))
     b.set_bolt("twice", SelfAnchorBolt()).shuffle_grouping("src")
     b.set_bolt("sink", CollectorBolt()).shuffle_grouping("twice")
-    stats, handle = _finish(cluster, name, b)
+    stats, handle = _finish(cluster, name, b, acking)
     try:
         (acked,) = handle.task_state("src", "acked_after").values()
         assert len(handle.collected("sink")) == 100
@@ -92,11 +103,12 @@ def test_acking_self_anchor(cluster, name):
     assert sorted(acked) == list(range(50))
 
 
-def test_timeout_fails_what_is_not_acked(cluster, name):
+@ACKING
+def test_timeout_fails_what_is_not_acked(cluster, name, acking):
     b = TopologyBuilder()
     b.set_spout("src", TimedSpout(10))
     b.set_bolt("half", AckEveryOtherBolt()).shuffle_grouping("src")
-    stats, handle = _finish(cluster, name, b, {"topology.message.timeout.secs": 2})
+    stats, handle = _finish(cluster, name, b, {"topology.message.timeout.secs": 2, **acking})
     try:
         (acked,) = handle.task_state("src", "acked_after").values()
         (failed,) = handle.task_state("src", "failed_after").values()
@@ -108,13 +120,15 @@ def test_timeout_fails_what_is_not_acked(cluster, name):
     assert all(2.0 <= s < 3.5 for s in failed.values()), failed
 
 
-def test_reset_timeout_keeps_a_tuple_alive(cluster, name):
+@ACKING
+def test_reset_timeout_keeps_a_tuple_alive(cluster, name, acking):
     timeout = 2
     b = TopologyBuilder()
     b.set_spout("src", TickSpout(tick_s=0.2))
     b.set_bolt("hold", ResetTimeoutBolt(hold_s=2.5 * timeout)).shuffle_grouping(
         "src").shuffle_grouping("src", "tick")
-    stats, handle = _finish(cluster, name, b, {"topology.message.timeout.secs": timeout})
+    stats, handle = _finish(cluster, name, b,
+                            {"topology.message.timeout.secs": timeout, **acking})
     try:
         (acked,) = handle.task_state("src", "acked_after").values()
         (failed,) = handle.task_state("src", "failed_after").values()
@@ -126,11 +140,12 @@ def test_reset_timeout_keeps_a_tuple_alive(cluster, name):
     assert resets > 5
 
 
-def test_max_spout_pending_caps_tuples_in_flight(cluster, name):
+@ACKING
+def test_max_spout_pending_caps_tuples_in_flight(cluster, name, acking):
     b = TopologyBuilder()
     b.set_spout("src", IterableSpout(range(1000), fields=("seq",), msg_ids=True))
     b.set_bolt("hold", HoldBolt()).shuffle_grouping("src")
-    handle = cluster.submit_topology(name, {"topology.max.spout.pending": 10},
+    handle = cluster.submit_topology(name, {"topology.max.spout.pending": 10, **acking},
                                      b.create_topology())
     try:
         until(lambda: handle.stats().component("src")[0].raw["pending_tuples"] == 10, 30,
@@ -147,7 +162,8 @@ def test_max_spout_pending_caps_tuples_in_flight(cluster, name):
         cluster.kill_topology(name)
 
 
-def test_failed_tuples_replay_until_acked(cluster, name):
+@ACKING
+def test_failed_tuples_replay_until_acked(cluster, name, acking):
     """Execute raising fails the tuple; the iterable spout emits it again; every item
     reaches the sink (at least once) and every msg_id is acked exactly once."""
     n = 400
@@ -156,7 +172,7 @@ def test_failed_tuples_replay_until_acked(cluster, name):
                                      fields=("seq", "key"), msg_ids=True))
     b.set_bolt("flaky", FailOnceBolt(every=10)).shuffle_grouping("src")
     b.set_bolt("sink", CollectorBolt()).shuffle_grouping("flaky")
-    stats, handle = _finish(cluster, name, b)
+    stats, handle = _finish(cluster, name, b, acking)
     try:
         (acked,) = handle.task_state("src", "acked_ids").values()
         (failed,) = handle.task_state("src", "failed_ids").values()
@@ -193,8 +209,10 @@ def test_untracked_emits_need_no_acks(cluster, name):
     assert stats.total(ACKER_ID, "acked") == 0
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_bolt_cycle_under_backpressure_completes_with_bounded_memory(cluster, name, workers):
+@pytest.mark.parametrize(("workers", "acking"), [(1, {}), (2, {}), (2, IN_SPOUTS)],
+                         ids=["1-ackers", "2-ackers", "2-in_spouts"])
+def test_bolt_cycle_under_backpressure_completes_with_bounded_memory(cluster, name, workers,
+                                                                     acking):
     """ping ↔ pong, each tuple going round 5 times, with queues of 32 tuples: in Storm this
     deadlocks (STORM-3637: both bolts blocked on each other's full queue). Here the edge
     that closes the cycle never blocks; its arrivals are capped (the receive buffer size
@@ -209,7 +227,7 @@ def test_bolt_cycle_under_backpressure_completes_with_bounded_memory(cluster, na
     topo = b.create_topology()
     assert topo.back_edges == {("pong", "ping")}
     conf = {"topology.workers": workers, "topology.executor.receive.buffer.size": cap,
-            "topology.producer.batch.size": 8, "topology.message.timeout.secs": 20}
+            "topology.producer.batch.size": 8, "topology.message.timeout.secs": 20, **acking}
     handle = cluster.submit_topology(name, conf, topo)
     samples = []
     try:
@@ -229,3 +247,34 @@ def test_bolt_cycle_under_backpressure_completes_with_bounded_memory(cluster, na
             # the cap, plus (two workers) forward arrivals during a halt-lag
             assert t.queue_population <= cap and t.overflow <= cap + 64
     assert final.complete
+
+
+def test_spouts_as_ackers_route_each_ack_to_the_spout_task_that_emitted(cluster, name):
+    """topology.acker.in.spouts with three spout tasks of two components over two workers:
+    every bolt acks straight to the task named by each root id, so every tree completes at
+    its own spout and no ack reaches a task that does not know its root."""
+    n = 300
+    b = TopologyBuilder()
+    b.set_spout("items", IterableSpout([(i, f"k{i % 5}") for i in range(n)],
+                                       fields=("seq", "key"), msg_ids=True), 2)
+    b.set_spout("timed", TimedSpout(100))
+    b.set_bolt("mid", PassBolt(), 2).shuffle_grouping("items").shuffle_grouping("timed")
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("mid")
+    stats, handle = _finish(cluster, name, b, {"topology.workers": 2, **IN_SPOUTS})
+    try:
+        acked = handle.task_state("items", "acked_ids")
+        (timed,) = handle.task_state("timed", "acked_after").values()
+        got = handle.collected("sink")
+    finally:
+        cluster.kill_topology(name)
+    assert sorted(i for ids in acked.values() for i in ids) == list(range(n))
+    assert all(ids for ids in acked.values())  # both items tasks had trees of their own
+    assert sorted(timed) == list(range(100)) and len(got) == n + 100
+    for c in ("items", "timed"):
+        for t in stats.component(c):
+            assert t.raw["unknown_acks"] == 0 and t.raw["pending_tuples"] == 0
+            assert t.raw["failed"] == 0
+    # some acks crossed workers (through the transfer actors)
+    spout_w = {t.raw["worker"] for c in ("items", "timed") for t in stats.component(c)}
+    bolt_w = {t.raw["worker"] for t in stats.component("mid")}
+    assert spout_w | bolt_w == {0, 1} and len(spout_w) * len(bolt_w) > 1

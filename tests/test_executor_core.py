@@ -285,3 +285,77 @@ def test_spout_takes_acks_counting_unknown_roots_and_going_on_after_a_raising_ac
     assert spout.obj.acked_ids == ["ok"] and spout.acked == 2 and spout.unknown_acks == 1
     assert not spout.pending_tuples and len(spout.complete_latencies_ms) == 2
     assert spout.errors.total == 1
+
+
+@pytest.mark.parametrize("spouts", [1, 2])
+def test_spouts_as_their_own_ackers_complete_every_tree(spouts):
+    """``topology.acker.in.spouts``: no acker task; each spout task draws root ids that
+    name it (``root % len(acker_tasks)``), so the bolts' acks, routed by root id, come back
+    to the spout that emitted the tree, which completes it there."""
+    import copy
+
+    from tests.components import PassBolt
+
+    b = TopologyBuilder()
+    b.set_spout("src", _IdSpout(200), parallelism_hint=spouts)
+    b.set_bolt("pass", PassBolt(), parallelism_hint=2).shuffle_grouping("src")
+    b.set_bolt("both", CollectorBolt(), parallelism_hint=2).all_grouping("pass")
+    topo = b.create_topology().with_ackers(1, in_spouts=True)
+    assert "__acker" not in topo.components
+    assert topo.acker_tasks == tuple(topo.component_tasks["src"])
+    conf = {"topology.acker.in.spouts": True, "topology.producer.batch.size": 16}
+    tasks = _all_tasks(topo)
+    cores = {t: ExecutorCore("t", topo, conf, t, tasks) for t in tasks}
+    for t, c in cores.items():
+        c.connect({d: ExecutorCore.make_queue_sink(cores[d].queue, t) for d in c.destinations})
+    spout_cores = [c for c in cores.values() if c.is_spout]
+    for c in spout_cores:  # one spout object per task (each emits seqs 0..199)
+        c.obj = copy.deepcopy(c.obj)
+    for c in cores.values():
+        c.start()
+    try:
+        _until(lambda: all(c.done.is_set() for c in spout_cores))
+        for i, c in enumerate(spout_cores):
+            assert c.own_trees and c._own_index == i
+            assert sorted(c.obj.acked_ids) == list(range(200)), c.task_id
+            assert c.obj.failed_ids == [] and c.unknown_acks == 0 and not c.pending_tuples
+            assert c.acked == 200 and len(c.complete_latencies_ms) == 200
+        rows = {id(r): r for t in topo.component_tasks["both"] for r in cores[t].obj.received}
+        assert len(rows) == 2 * 200 * spouts
+    finally:
+        for c in cores.values():
+            c.stop()
+
+
+def test_a_spout_acking_its_own_trees_xors_fails_resets_and_counts_unknown_roots():
+    from actors._executor import ACK_ACK, ACK_FAIL, ACK_RESET
+
+    b = TopologyBuilder()
+    b.set_spout("src", _IdSpout(0), parallelism_hint=3)
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("src")
+    topo = b.create_topology().with_ackers(1, in_spouts=True)
+    second = topo.component_tasks["src"][1]
+    spout = ExecutorCore("t", topo, CONF, second, _all_tasks(topo))
+    spout.obj.open(spout.conf, spout.context, None)
+    sink_task = topo.component_tasks["sink"][0]
+    assert spout.destinations == [sink_task]  # a spout sends no acking messages
+    spout.connect({sink_task: len})
+    targets = spout.spout_output((7, "k7"), msg_id="a")
+    (t,) = targets
+    (index, values, (root, edge)), = spout.inserters[t].batch
+    assert root % 3 == 1 and spout.pending_tuples[root][2] == edge
+    # a bolt's ack: edge ^ child edge; then the child's ack completes the tree
+    spout._system(sink_task, ACK_ACK, [root, edge ^ 5, 12345, 1])
+    assert spout.pending_tuples[root][2] == 5 and spout.unknown_acks == 1
+    spout._system(sink_task, ACK_ACK, [root, 5])
+    assert spout.obj.acked_ids == ["a"] and spout.acked == 1 and not spout.pending_tuples
+    now = time.monotonic()
+    spout.pending_tuples.update({4: ["b", now - 5, 9], 7: ["c", now - 1, 9]})
+    spout._system(sink_task, ACK_RESET, [4])
+    assert list(spout.pending_tuples) == [7, 4] and spout.pending_tuples[4][1] >= now
+    spout._system(sink_task, ACK_FAIL, [7, 99])
+    assert spout.obj.failed_ids == ["c"] and spout.unknown_acks == 2
+    bad = spout.bad_frames
+    spout._system(sink_task, ACK_ACK, [4])  # odd length: malformed
+    spout._system(sink_task, ACK_ACK, [4, "x"])
+    assert spout.bad_frames == bad + 2 and list(spout.pending_tuples) == [4]

@@ -195,6 +195,18 @@ def test_back_edges_close_every_cycle_and_ackers_keep_user_task_ids():
     assert set(with_ackers.downstream_tasks("b")) >= set(with_ackers.acker_tasks)
     assert with_ackers.downstream_tasks("__acker") == list(topo.component_tasks["s"])
     assert set(with_ackers.upstream_tasks("s")) == set(with_ackers.acker_tasks)
+    # topology.acker.in.spouts: the spout tasks are the ackers; no task id changes
+    rebuild, args = topo.with_ackers(2, in_spouts=True).__reduce__()  # as Ray ships it
+    in_spouts = rebuild(*args)
+    assert in_spouts.ackers_in_spouts and "__acker" not in in_spouts.components
+    assert dict(in_spouts.component_tasks) == dict(topo.component_tasks)
+    assert in_spouts.acker_tasks == tuple(topo.component_tasks["s"])
+    bolt_tasks = sorted(t for c in "abcd" for t in topo.component_tasks[c])
+    assert in_spouts.downstream_tasks("b")[-1:] == list(in_spouts.acker_tasks)
+    assert in_spouts.downstream_tasks("s") == topo.downstream_tasks("s")  # no acks sent
+    assert in_spouts.upstream_tasks("s") == bolt_tasks  # any bolt may ack a tree
+    assert in_spouts.back_edges == topo.back_edges
+    assert topo.with_ackers(0, in_spouts=True).acker_tasks == ()  # acking off
 
 
 def test_the_readme_config_reference_is_the_config_table():

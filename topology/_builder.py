@@ -132,9 +132,15 @@ class StormTopology:
     does), so a topology always gets the same ids. Acker tasks, when added by
     :meth:`with_ackers` at submit, take the ids after every user task, so adding them
     changes no user task id.
+
+    With ``ackers_in_spouts`` (``topology.acker.in.spouts``) there is no acker component:
+    every spout task tracks the trees of its own tuples, and :attr:`acker_tasks` are the
+    spout tasks (a root id names its spout task: ``root % len(acker_tasks)`` is the
+    spout's index in them).
     """
 
-    def __init__(self, components: dict[str, ComponentSpec], ackers: int = 0) -> None:
+    def __init__(self, components: dict[str, ComponentSpec], ackers: int = 0,
+                 ackers_in_spouts: bool = False) -> None:
         self._user = MappingProxyType(dict(components))
         tasks: dict[str, tuple[int, ...]] = {}
         next_id = 1
@@ -143,7 +149,8 @@ class StormTopology:
             tasks[cid] = tuple(range(next_id, next_id + n))
             next_id += n
         comps = dict(components)
-        if ackers > 0:
+        self.ackers_in_spouts = ackers > 0 and ackers_in_spouts
+        if ackers > 0 and not ackers_in_spouts:
             comps[ACKER_ID] = ComponentSpec(
                 id=ACKER_ID, obj=_AckerBolt(), parallelism=ackers, inputs=(),
                 streams=MappingProxyType({}), direct_streams=frozenset(),
@@ -153,14 +160,19 @@ class StormTopology:
         self._tasks = MappingProxyType(tasks)
         self._task_component = {t: c for c, ts in tasks.items() for t in ts}
         self._ackers = ackers
+        self._acker_tasks: tuple[int, ...] = (
+            tuple(sorted(t for c, ts in tasks.items() if comps[c].is_spout for t in ts))
+            if self.ackers_in_spouts else tasks.get(ACKER_ID, ()))
 
-    def with_ackers(self, ackers: int) -> StormTopology:
+    def with_ackers(self, ackers: int, in_spouts: bool = False) -> StormTopology:
         """This topology with ``ackers`` acker tasks (Storm's ``topology.acker.executors``).
 
         Every spout and bolt task then also sends to the ackers, and the ackers to the
-        spouts (the acking system streams); user task ids do not change.
+        spouts (the acking system streams); user task ids do not change. With
+        ``in_spouts`` (and ``ackers`` > 0), the spout tasks are the ackers instead (see the
+        class docstring): bolts send their acks straight to the spout of each root.
         """
-        return StormTopology(dict(self._user), ackers)
+        return StormTopology(dict(self._user), ackers, in_spouts)
 
     @property
     def back_edges(self) -> frozenset[tuple[str, str]]:
@@ -200,8 +212,9 @@ class StormTopology:
 
     @property
     def acker_tasks(self) -> tuple[int, ...]:
-        """Task ids of the ackers (empty when acking is off)."""
-        return self._tasks.get(ACKER_ID, ())
+        """Task ids of the ackers (empty when acking is off; the spout tasks when the
+        spouts are the ackers)."""
+        return self._acker_tasks
 
     def is_spout(self, component: str) -> bool:
         return self._components[component].is_spout
@@ -235,7 +248,12 @@ class StormTopology:
             return sorted(t for t, c in self._task_component.items() if c != ACKER_ID)
         srcs = sorted({g.source for g in self._components[component].inputs})
         ups = [t for s in srcs for t in self._tasks[s]]
-        return ups + acks if self._components[component].is_spout else ups
+        if not self._components[component].is_spout:
+            return ups
+        if self.ackers_in_spouts:  # every bolt task may ack a tree of this spout
+            return ups + sorted(t for t, c in self._task_component.items()
+                                if not self._components[c].is_spout)
+        return ups + acks
 
     def downstream_tasks(self, component: str) -> list[int]:
         """Task ids ``component`` sends to: its subscribers' tasks, plus the ackers (or,
@@ -244,14 +262,17 @@ class StormTopology:
             return sorted(t for t, c in self._task_component.items()
                           if c != ACKER_ID and self._components[c].is_spout)
         comps = sorted({cid for cid, _ in self.subscribers(component)})
-        return [t for c in comps for t in self._tasks[c]] + list(self.acker_tasks)
+        subs = [t for c in comps for t in self._tasks[c]]
+        if self.ackers_in_spouts and self._components[component].is_spout:
+            return subs  # a spout tracks its own trees: it sends no acking messages
+        return subs + list(self.acker_tasks)
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{c}x{s.parallelism}" for c, s in self._components.items())
         return f"StormTopology({parts})"
 
     def __reduce__(self):
-        return (StormTopology, (dict(self._user), self._ackers))
+        return (StormTopology, (dict(self._user), self._ackers, self.ackers_in_spouts))
 
 
 class TopologyBuilder:
