@@ -38,6 +38,7 @@ from backpressure import (
     BackPressureTracker,
     BatchInserter,
     JCQueue,
+    QueueInterrupted,
     RemoteBackPressure,
     make_wait_strategy,
 )
@@ -195,6 +196,8 @@ class ExecutorCore:
         self.stale_frames = 0
         self.epoch_resets = 0
         self.lost_frames = 0
+        #: tuples and acking messages that arrived after this task ended (dropped)
+        self.late_items = 0
         tasks = topology.component_tasks
         self.context = TopologyContext(
             topology_name, self.component_id, task_id,
@@ -877,17 +880,30 @@ class ExecutorCore:
             return expected - 1, None
         report = None
         while items is not None:
-            if remote:
+            if self.done.is_set():
+                # this task has ended: nobody takes from its queue any more, so a wait
+                # would hold the sender for ever (a bolt's late acks of trees its spout
+                # already timed out, an end marker sent again). Acknowledged and counted.
+                self.late_items += len(items)
+            elif remote:
                 r = self.receive_remote_items(src_task, items)
                 if report is None:
                     report = r
             else:
-                self.queue.publish_all([(src_task, *it) for it in items],
-                                       lambda: self._stop)
+                try:
+                    self.queue.publish_all([(src_task, *it) for it in items],
+                                           self._stopped_or_done)
+                except QueueInterrupted:
+                    if self._stop:
+                        raise
+                    self.late_items += len(items)  # it ended while we waited
             expected += 1
             st[0] = expected
             items = early.pop(expected, None)
         return expected - 1, report
+
+    def _stopped_or_done(self) -> bool:
+        return self._stop or self.done.is_set()
 
     # -- between workers (receiving side: any thread; sending side: control thread) ------
     def receive_remote_items(self, src_task: int, items: list) -> tuple | None:
@@ -1334,7 +1350,8 @@ class ExecutorCore:
             "bad_frames": self.bad_frames,
             "duplicate_frames": self.duplicate_frames, "early_frames": self.early_frames,
             "stale_frames": self.stale_frames, "epoch_resets": self.epoch_resets,
-            "lost_frames": self.lost_frames, "reconstructed": self.reconstructed,
+            "lost_frames": self.lost_frames, "late_items": self.late_items,
+            "reconstructed": self.reconstructed,
             "backlogged": self.bp_tracker.is_backpressured(self.task_id),
             "overflowed_total": self.queue.overflowed_total,
             "bp_reports": self.bp_reports,

@@ -359,3 +359,30 @@ def test_a_spout_acking_its_own_trees_xors_fails_resets_and_counts_unknown_roots
     spout._system(sink_task, ACK_ACK, [4])  # odd length: malformed
     spout._system(sink_task, ACK_ACK, [4, "x"])
     assert spout.bad_frames == bad + 2 and list(spout.pending_tuples) == [4]
+
+
+def test_a_task_that_ended_takes_late_frames_without_blocking_the_sender():
+    """After a spout ends (every tree resolved), bolts may still ack trees it timed out:
+    with nobody draining its queue, a blocking insert would hold the bolt for ever. Late
+    frames are acknowledged and counted instead, also when the end comes during a wait."""
+    import threading
+
+    b = TopologyBuilder()
+    b.set_spout("src", _IdSpout(0))
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("src")
+    topo = b.create_topology().with_ackers(1, in_spouts=True)
+    src, sink = topo.component_tasks["src"][0], topo.component_tasks["sink"][0]
+    spout = ExecutorCore("t", topo, CONF, src, _all_tasks(topo))  # queue of 8
+    items = [(-3, [5, 6])] * 8
+    assert spout.accept_frame(sink, 0, items, False) == (0, None)  # fills the queue
+    out = []
+    waiter = threading.Thread(target=lambda: out.append(
+        spout.accept_frame(sink, 1, items[:3], False)))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive()  # blocked: the queue is full and the task runs
+    spout.done.set()
+    waiter.join(5)
+    assert out == [(1, None)] and spout.late_items == 3
+    assert spout.accept_frame(sink, 2, items, True) == (2, None)  # remote: no overflow
+    assert spout.late_items == 11 and spout.queue.is_empty_overflow()
