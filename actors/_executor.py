@@ -213,7 +213,10 @@ class ExecutorCore:
         #: root id as to any acker, come straight back here
         self.own_trees = bool(self.is_spout and topology.ackers_in_spouts)
         self._own_index = self.ackers.index(task_id) if self.own_trees else 0
-        self._root_bits = 63 - len(self.ackers).bit_length()
+        # root = getrandbits(_root_bits) * _root_mod + _own_index (or _root_mod if 0): with
+        # acker executors a plain random 63-bit id (mod 1, index 0)
+        self._root_mod = len(self.ackers) if self.own_trees else 1
+        self._root_bits = 63 - self._root_mod.bit_length() if self.own_trees else 63
         self.auto_ack = bool(getattr(self.obj, "auto_ack", True))
         self._rand = random.Random(int.from_bytes(os.urandom(8), "little"))
         self.timeout_s = float(c["topology.message.timeout.secs"])
@@ -463,11 +466,7 @@ class ExecutorCore:
             r = self._router(values, stream)  # raises, naming the stream
         targets = r.fixed or r.route(values)
         rand = self._rand.getrandbits
-        if own:  # a root id of ours: root % len(ackers) is our index
-            n = len(self.ackers)
-            root = rand(self._root_bits) * n + self._own_index or n
-        else:
-            root = rand(63) or 1
+        root = rand(self._root_bits) * self._root_mod + self._own_index or self._root_mod
         xor = 0
         pending, inserters, index = self.pending, self.inserters, r.index
         for t in targets:
@@ -532,11 +531,7 @@ class ExecutorCore:
             self._acks_due.append(msg_id)
             return targets
         rand = self._rand.getrandbits
-        if self.own_trees:  # a root id of ours: root % len(ackers) is our index
-            n = len(self.ackers)
-            root = rand(self._root_bits) * n + self._own_index or n
-        else:
-            root = rand(63) or 1
+        root = rand(self._root_bits) * self._root_mod + self._own_index or self._root_mod
         xor = 0
         for t in targets:
             e = rand(63) or 1
@@ -711,29 +706,21 @@ class ExecutorCore:
         if s == ACK_ACK:
             if len(values) % 2:
                 raise IndexError("ACK_ACK values are [root, xor, ...] pairs")
-            get, ack, lat = pending.get, self.obj.ack, self.complete_latencies_ms
-            now = time.monotonic()
-            acked = unknown = 0
+            get = pending.get
+            complete, unknown = [], 0
             try:
                 for root, v in zip(values[::2], values[1::2], strict=True):
                     e = get(root)
                     if e is None:
                         unknown += 1
-                        continue
-                    x = e[2] ^ v
-                    if x:
-                        e[2] = x
-                        continue
-                    del pending[root]
-                    acked += 1
-                    lat.append((now - e[1]) * 1000.0)
-                    try:
-                        ack(e[0])
-                    except Exception as err:  # user code: report, go on
-                        self.errors.report(err, "ack")
-            finally:  # (a malformed value raises out of the loop: count what was done)
-                self.acked += acked
+                    else:
+                        e[2] ^= v
+                        if not e[2]:
+                            complete.append(root)
+            finally:  # (a malformed value raises out of the loop: complete what was done)
                 self.unknown_acks += unknown
+                # the acker executor's answer, as if it had come from one
+                self._spout_acks(ACKER_ACKED, complete)
         elif s == ACK_FAIL or s == ACK_RESET:
             self._fail_or_reset(values, s == ACK_RESET, time.monotonic())
         else:
