@@ -256,6 +256,8 @@ def test_every_tree_completes_through_one_acker_or_several(ackers):
         assert sum(a.acked for a in ackers_) == 200 and not any(a._tree for a in ackers_)
         if ackers > 1:
             assert all(a.acked for a in ackers_)  # the roots were spread over them
+        # most pass acks rode on a child still in its batch (ack piggybacking)
+        assert sum(cores[t].folded_acks for t in topo.component_tasks["pass"]) > 0
         # every seq reached both "both" tasks (which may share one bolt object here)
         rows = {id(r): r for t in topo.component_tasks["both"] for r in cores[t].obj.received}
         assert sorted(r[-1][0] for r in rows.values()) == sorted(list(range(200)) * 2)
@@ -386,3 +388,76 @@ def test_a_task_that_ended_takes_late_frames_without_blocking_the_sender():
     assert out == [(1, None)] and spout.late_items == 3
     assert spout.accept_frame(sink, 2, items, True) == (2, None)  # remote: no overflow
     assert spout.late_items == 11 and spout.queue.is_empty_overflow()
+
+
+def _pass_core(batch_size: int, in_spouts: bool = False):
+    """The ``pass`` task of src → pass → sink with acking, its sinks recording items, and
+    the wire element of a src tuple (without anchors)."""
+    from actors._codec import decode_batch, encode_batch
+    from actors._routing import stream_table
+    from tests.components import PassBolt
+
+    b = TopologyBuilder()
+    b.set_spout("src", _IdSpout(0))
+    b.set_bolt("pass", PassBolt()).shuffle_grouping("src")
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("pass")
+    topo = b.create_topology().with_ackers(1, in_spouts)
+    conf = {"topology.producer.batch.size": batch_size, "topology.acker.in.spouts": in_spouts}
+    task = topo.component_tasks["pass"][0]
+    core = ExecutorCore("t", topo, conf, task, _all_tasks(topo))
+    sent: dict = {}
+
+    def sink_to(dest):
+        def sink(items):  # through the codec, as to an actor
+            sent.setdefault(dest, []).extend(decode_batch(encode_batch(task, items))[3])
+            return len(items)
+        return sink
+
+    core.connect({d: sink_to(d) for d in core.destinations})
+    from actors._executor import _BoltCollector
+    core.obj.prepare(core.conf, core.context, _BoltCollector(core))
+    src = topo.component_tasks["src"][0]
+    s = [i for i, (c, sid, _) in enumerate(stream_table(topo)) if c == "src"][0]
+    return core, topo, sent, (src, s, [7, "k7"])
+
+
+@pytest.mark.parametrize("in_spouts", [False, True])
+def test_a_bolt_ack_rides_on_its_child_while_the_child_waits_in_its_batch(in_spouts):
+    """Ack piggybacking: the pass bolt's ack value (edge_in ^ edge_child) XORs into its
+    child's edge, so it sends no ack message, and the sink's ack of the child alone
+    completes the tree (the XOR total is what the two messages would have given)."""
+    from actors._executor import ACK_ACK
+
+    core, topo, sent, el = _pass_core(batch_size=16, in_spouts=in_spouts)
+    root, e_in = 1234567, 987654321
+    core._handle((*el, [root, e_in]))
+    assert core.folded_acks == 1 and core.acked == 1
+    assert not core._acks_out and not core._ack_out and core._ack_out_n == 0
+    core.try_flush_batches()
+    sink = topo.component_tasks["sink"][0]
+    ((stream, values, anchors),) = sent[sink]
+    assert values == [7, "k7"]
+    # the child's edge now carries e_child ^ (e_in ^ e_child): the sink acking it with
+    # ack_val 0 sends exactly e_in, which cancels the spout's init value
+    assert anchors == [root, e_in]
+    core.flush_acks()
+    assert all(item[0] != ACK_ACK for items in sent.values() for item in items)
+
+
+def test_a_bolt_ack_leaves_as_a_message_once_its_child_has_left_or_has_two_roots():
+    """No piggybacking when the child already left (batch size 1: sent at emit) or when
+    the input has several roots: the ack value goes to the acker as Storm sends it."""
+    core, topo, sent, el = _pass_core(batch_size=1)
+    root, e_in = 1234567, 987654321
+    core._handle((*el, [root, e_in]))
+    sink = topo.component_tasks["sink"][0]
+    ((_, _, (r, e_child)),) = sent[sink]
+    assert r == root and core.folded_acks == 0
+    assert core._acks_out == [root, e_in ^ e_child]
+
+    core, topo, sent, el = _pass_core(batch_size=16)
+    core._handle((*el, [11, 5, 12, 6]))  # anchored to two trees
+    core.try_flush_batches()
+    ((_, _, (r1, e1, r2, e2)),) = sent[topo.component_tasks["sink"][0]]
+    assert (r1, r2) == (11, 12) and e1 == e2 and core.folded_acks == 0
+    assert core._acks_out == [11, 5 ^ e1, 12, 6 ^ e1]
