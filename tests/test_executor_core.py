@@ -461,3 +461,67 @@ def test_a_bolt_ack_leaves_as_a_message_once_its_child_has_left_or_has_two_roots
     ((_, _, (r1, e1, r2, e2)),) = sent[topo.component_tasks["sink"][0]]
     assert (r1, r2) == (11, 12) and e1 == e2 and core.folded_acks == 0
     assert core._acks_out == [11, 5 ^ e1, 12, 6 ^ e1]
+
+
+def test_a_spout_emit_to_one_task_sends_no_ack_init_and_its_root_names_the_spout():
+    """Implicit init: with acker executors, an emit to one task sends no ACK_INIT; the
+    child's edge id is 0 and the root carries IMPLICIT_INIT and the spout's index. An emit
+    to two tasks (an all grouping) still sends Storm's init."""
+    from actors._executor import ACK_INIT, IMPLICIT_INIT
+
+    b = TopologyBuilder()
+    b.set_spout("one", _IdSpout(0))
+    b.set_spout("two", _IdSpout(0))
+    b.set_bolt("sink", CollectorBolt(), parallelism_hint=2).shuffle_grouping(
+        "one").all_grouping("two")
+    topo = b.create_topology().with_ackers(1)
+    tasks = _all_tasks(topo)
+    conf = {"topology.producer.batch.size": 1}
+    for name in ("one", "two"):
+        task = topo.component_tasks[name][0]
+        core = ExecutorCore("t", topo, conf, task, tasks)
+        sent: list = []
+        core.connect({d: (lambda items, d=d: sent.append((d, list(items))) or len(items))
+                      for d in core.destinations})
+        core.spout_output((1, "k1"), msg_id="m")
+        core.flush_acks()
+        (root,) = core.pending_tuples
+        inits = [it for d, items in sent for it in items if it[0] == ACK_INIT]
+        edges = [it[2] for d, items in sent for it in items if it[0] >= 0]
+        if name == "one":
+            assert root & IMPLICIT_INIT and core.implicit_init_spout(root) == task
+            assert inits == [] and edges == [[root, 0]]
+        else:
+            assert not root & IMPLICIT_INIT and core.implicit_init_spout(root) == -1
+            assert len(edges) == 2 and all(e[1] for e in edges)
+            assert inits == [(ACK_INIT, [root, edges[0][1] ^ edges[1][1]])]
+
+
+def test_the_acker_learns_an_implicit_init_tree_from_its_first_ack():
+    """The acker creates an implicit-init tree at its first ack (spout task from the root)
+    and completes it at XOR 0, at once for a one-ack tree; a fail or a reset_timeout of a
+    tree it has not seen yet reaches the spout; a root naming no spout task is counted as
+    bad."""
+    from actors._executor import (ACK_ACK, ACK_FAIL, ACK_RESET, ACKER_ACKED, ACKER_FAILED,
+                                  ACKER_RESET, IMPLICIT_INIT)
+
+    topo = _topo().with_ackers(1)  # tasks: sink=1, src=2 (spout index 0), acker=3
+    acker = ExecutorCore("t", topo, CONF, topo.acker_tasks[0], _all_tasks(topo))
+    sent: list = []
+    acker.connect({t: (lambda items, t=t: sent.append((t, list(items))) or len(items))
+                   for t in acker.destinations})
+    r1, r2, r3, r4 = (IMPLICIT_INIT | n for n in (101, 102, 103, 104))
+    acker._system(1, ACK_ACK, [r1, 0])  # a tree of one ack
+    acker._system(1, ACK_ACK, [r2, 99])  # the first of two acks
+    assert r2 in acker._tree and r1 not in acker._tree
+    acker._system(1, ACK_ACK, [r2, 99])
+    acker._system(1, ACK_FAIL, [r3])
+    acker._system(1, ACK_RESET, [r4])
+    assert r4 in acker._tree  # pending now, its spout told to restart the timeout
+    acker._system(1, ACK_ACK, [IMPLICIT_INIT | 5 << 47, 0])  # spout index 5: none
+    acker.flush_acks()
+    acker.try_flush_batches()
+    out = {s: v for t, items in sent for s, v in items}
+    assert {t for t, _ in sent} == {2}
+    assert out == {ACKER_ACKED: [r1, r2], ACKER_FAILED: [r3], ACKER_RESET: [r4]}
+    assert acker.acked == 2 and acker.failed == 1 and acker.bad_frames == 1
