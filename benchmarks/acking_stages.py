@@ -4,9 +4,10 @@ threads, no waiting): acking on against off, side by side in one run.
 The executors of ``benchmarks/acking.py``'s pipeline (gen → double → count, plus the acker)
 are built in this process. Each stage runs on the messages the stage before produced, and
 every batch goes through the wire codec both ways (encode at the sender, decode at the
-receiver), as between actors. Stages: the spout's emits (with ``msg_id``: edge ids, the
-pending entry, the acker's init values), the double bolt (anchored emit and ack), the count
-bolt (ack), the acker (init and two acks per tree), the spout taking the acker's answers;
+receiver), as between actors. Stages: the spout's emits (with ``msg_id``: the root id, the
+pending entry; one target, so no init for the acker), the double bolt (anchored emit; its
+ack rides on the child), the count bolt (ack), the acker (one ack per tree), the spout
+taking the acker's answers;
 and with ``topology.acker.in.spouts``, the spout taking the bolts' acks itself.
 Each figure is the best of five passes over ``--tuples`` tuples, in µs per tuple.
 
@@ -110,12 +111,13 @@ def stages(n: int, ack: bool, in_spouts: bool = False) -> dict[str, float]:
     from_count = dict(outbox)
     out["count"] = _best(count)
     if ack and in_spouts:
-        answers = from_double[task["gen"]] + from_count[task["gen"]]
+        answers = from_double.get(task["gen"], []) + from_count.get(task["gen"], [])
     elif ack:
         acker_task = task["__acker"]
         acker = cores["__acker"]
-        to_acker = (from_gen[acker_task] + from_double[acker_task]
-                    + from_count[acker_task])
+        # (with ack piggybacking and implicit inits, only count may send anything)
+        to_acker = (from_gen.get(acker_task, []) + from_double.get(acker_task, [])
+                    + from_count.get(acker_task, []))
 
         def ack_stage() -> None:
             outbox.clear()

@@ -362,12 +362,16 @@ class LedgerSpout(Spout):
     over the tasks, each emitted as ``(id, key)`` with ``msg_id=id``. An acked id is
     appended to ``<directory>/acked-<task index>.log`` (one write per id: it survives a
     SIGKILL); a restarted task emits every id not in its ledger again. Ends once all its
-    ids are acked."""
+    ids are acked.
+
+    With ``gated``, an id is emitted only below the number in ``<directory>/gate`` (read
+    again at most every 20 ms while the next id waits): the test paces the run by its own
+    progress instead of the machine's speed."""
 
     outputs = ("id", "key")
 
-    def __init__(self, n: int, directory: str, keys: int = 10) -> None:
-        self.n, self.directory, self.keys = n, directory, keys
+    def __init__(self, n: int, directory: str, keys: int = 10, gated: bool = False) -> None:
+        self.n, self.directory, self.keys, self.gated = n, directory, keys, gated
 
     def open(self, conf, context, collector):
         import collections
@@ -380,10 +384,25 @@ class LedgerSpout(Spout):
         self.ids = range(context.task_index, self.n, k)
         self.todo = collections.deque(i for i in self.ids if i not in self.acked)
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        self.gate, self.gate_read = (0 if self.gated else self.n), 0.0
+
+    def _open_gate(self, i: int) -> bool:
+        import os
+        import time
+
+        now = time.monotonic()
+        if now - self.gate_read >= 0.02:
+            self.gate_read = now
+            lines = _read_lines(os.path.join(self.directory, "gate"))
+            self.gate = int(lines[-1]) if lines else 0
+        return i < self.gate
 
     def next_tuple(self):
         if self.todo:
-            i = self.todo.popleft()
+            i = self.todo[0]
+            if i >= self.gate and not self._open_gate(i):
+                return
+            self.todo.popleft()
             self.collector.emit((i, i % self.keys), msg_id=i)
         elif len(self.acked) == len(self.ids):
             raise StopIteration

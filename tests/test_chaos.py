@@ -68,12 +68,19 @@ def test_chaos_kills_every_few_seconds_and_every_msg_id_is_acked(cluster, name, 
     over two workers, at least 2 s apart: one of each kind, then at random. Every msg_id
     must end up acked (the spout's durable ledger), and the idempotent sink's per-key
     counts must equal the expected ones. With ``topology.acker.in.spouts`` there is no
-    acker to kill: the other spout task is killed in its place (its trees die with it), and
-    the run has 200k tuples: it runs about twice as fast here (100k took ~15 s against ~30 s
-    with an acker), too fast for eight kills 2 s apart."""
-    n, keys = (200_000 if in_spouts else 100_000), 10
+    acker to kill: the other spout task is killed in its place (its trees die with it).
+    The spouts emit only below a gate the test raises one ninth ahead of each kill, so a
+    fast run cannot end before its eight kills (100k tuples once took ~15 s here)."""
+    n, keys = 100_000, 10
+    gate = tmp_path / "gate"
+
+    def open_gate(upto: int) -> None:
+        (tmp_path / "gate.tmp").write_text(f"{min(n, upto)}\n")
+        os.replace(tmp_path / "gate.tmp", gate)
+
+    open_gate(n * 2 // 9)
     b = TopologyBuilder()
-    b.set_spout("src", LedgerSpout(n, str(tmp_path), keys), parallelism_hint=2)
+    b.set_spout("src", LedgerSpout(n, str(tmp_path), keys, gated=True), parallelism_hint=2)
     b.set_bolt("mid", PassBolt(), parallelism_hint=2).shuffle_grouping("src")
     b.set_bolt("sink", IdempotentSink(str(tmp_path)), parallelism_hint=2).fields_grouping(
         "mid", ["key"])
@@ -103,6 +110,7 @@ def test_chaos_kills_every_few_seconds_and_every_msg_id_is_acked(cluster, name, 
                 if _sigkill(actor) is not None:  # None: still restarting from a kill
                     kills.append(key)
                     last_kill = time.monotonic()
+                    open_gate(n if len(kills) == 8 else n * (len(kills) + 2) // 9)
         restarts = handle.restarts()
         s = handle.stats()
     finally:

@@ -481,7 +481,7 @@ def test_a_spout_emit_to_one_task_sends_no_ack_init_and_its_root_names_the_spout
         task = topo.component_tasks[name][0]
         core = ExecutorCore("t", topo, conf, task, tasks)
         sent: list = []
-        core.connect({d: (lambda items, d=d: sent.append((d, list(items))) or len(items))
+        core.connect({d: (lambda items, d=d, s=sent: s.append((d, list(items))) or len(items))
                       for d in core.destinations})
         core.spout_output((1, "k1"), msg_id="m")
         core.flush_acks()
@@ -502,8 +502,15 @@ def test_the_acker_learns_an_implicit_init_tree_from_its_first_ack():
     and completes it at XOR 0, at once for a one-ack tree; a fail or a reset_timeout of a
     tree it has not seen yet reaches the spout; a root naming no spout task is counted as
     bad."""
-    from actors._executor import (ACK_ACK, ACK_FAIL, ACK_RESET, ACKER_ACKED, ACKER_FAILED,
-                                  ACKER_RESET, IMPLICIT_INIT)
+    from actors._executor import (
+        ACK_ACK,
+        ACK_FAIL,
+        ACK_RESET,
+        ACKER_ACKED,
+        ACKER_FAILED,
+        ACKER_RESET,
+        IMPLICIT_INIT,
+    )
 
     topo = _topo().with_ackers(1)  # tasks: sink=1, src=2 (spout index 0), acker=3
     acker = ExecutorCore("t", topo, CONF, topo.acker_tasks[0], _all_tasks(topo))
