@@ -218,7 +218,7 @@ class ExecutorCore:
         self.own_trees = bool(self.is_spout and topology.ackers_in_spouts)
         self._own_index = self.ackers.index(task_id) if self.own_trees else 0
         # root = getrandbits(_root_bits) * _root_mod + _own_index (or _root_mod if 0): with
-        # acker executors a plain random 63-bit id (mod 1, index 0)
+        # acker executors a plain random 62-bit id (mod 1, index 0; bit 62 is IMPLICIT_INIT)
         self._root_mod = len(self.ackers) if self.own_trees else 1
         self._root_bits = 63 - self._root_mod.bit_length() if self.own_trees else 62
         #: every spout task, sorted: an implicit-init root names its spout by index here
@@ -851,8 +851,9 @@ class ExecutorCore:
         and the child's own contribution would cancel), and the root id carries the spout
         (:data:`IMPLICIT_INIT`). No subset of a tree's acks XORs to 0 but the whole tree
         (each non-zero edge id appears in exactly two acks), so the acker may create the
-        entry at the first ack and complete it at 0. Measured with benchmarks/acking.py:
-        one acking stream fewer of three, ~2.7 frames per 1000 tuples.
+        entry at the first ack and complete it at 0. Measured with benchmarks/acking.py,
+        together with ack piggybacking (:meth:`ack_tuple`): 5.7-6.1 frames per 1000 tuples
+        with an acker executor, against 10.3-11.8 before.
 
         Raises:
             IndexError: the root names no spout task (a malformed root; counted as bad).
