@@ -411,6 +411,7 @@ class ExecutorActor:
         s = self.core.stats()
         s["inflight_batches"] = sum(x.outstanding() for x in self._sinks)
         s["sent_batches"] = sum(x.sent_batches for x in self._sinks)
+        s["sent_batches_to"] = {x.dest: x.sent_batches for x in self._sinks}
         s["sink_resets"] = sum(x.resets for x in self._sinks)
         m = getattr(self, "_metrics", None)
         s["metrics"] = dict(m.last) if m is not None else {}

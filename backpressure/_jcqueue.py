@@ -127,6 +127,17 @@ class BatchInserter:
             self.try_flush()
         return True
 
+    def try_append(self, obj: Any) -> bool:
+        """As :meth:`try_publish`, but a batch that ``obj`` fills stays until the caller
+        flushes it (or the next publish, or a flush): ``ExecutorCore.ack_tuple`` first
+        folds the parent's ack into ``obj``'s edge (ack piggybacking). Non-blocking; False
+        (nothing appended) if a full batch cannot leave first."""
+        batch = self.batch
+        if len(batch) >= self.batch_size and not self.try_flush():
+            return False
+        batch.append(obj)
+        return True
+
     def flush(self) -> None:
         """Insert the whole batch, retrying under the wait strategy until it is all in.
 

@@ -444,10 +444,31 @@ def test_a_bolt_ack_rides_on_its_child_while_the_child_waits_in_its_batch(in_spo
     assert all(item[0] != ACK_ACK for items in sent.values() for item in items)
 
 
-def test_a_bolt_ack_leaves_as_a_message_once_its_child_has_left_or_has_two_roots():
-    """No piggybacking when the child already left (batch size 1: sent at emit) or when
-    the input has several roots: the ack value goes to the acker as Storm sends it."""
+def test_a_child_that_fills_its_batch_waits_for_the_fold_then_leaves():
+    """A child that fills its batch (batch size 1 here) is held until its parent's ack has
+    folded into it, and leaves at once after: no ack message per data batch."""
     core, topo, sent, el = _pass_core(batch_size=1)
+    root, e_in = 1234567, 987654321
+    core._handle((*el, [root, e_in]))
+    sink = topo.component_tasks["sink"][0]
+    ((_, values, anchors),) = sent[sink]
+    assert values == [7, "k7"] and anchors == [root, e_in]  # e_child ^ (e_in ^ e_child)
+    assert core.folded_acks == 1 and not core._acks_out
+    assert not core.inserters[sink].batch  # it left without a flush call
+
+
+def test_a_bolt_ack_leaves_as_a_message_once_its_child_has_left_or_has_two_roots():
+    """No piggybacking when the child already left (here the bolt flushes its batches
+    between emit and ack) or when the input has several roots: the ack value goes to the
+    acker as Storm sends it."""
+    core, topo, sent, el = _pass_core(batch_size=16)
+    execute = core.obj.execute
+
+    def execute_then_flush(tup):
+        execute(tup)
+        core.try_flush_batches()
+
+    core.obj.execute = execute_then_flush
     root, e_in = 1234567, 987654321
     core._handle((*el, [root, e_in]))
     sink = topo.component_tasks["sink"][0]

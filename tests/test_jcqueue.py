@@ -184,17 +184,37 @@ def test_try_publish_fails_when_full_batch_cannot_leave():
     assert _drain(q) == [4, 5, 6]
 
 
-def test_partial_insert_keeps_order():
-    seen: list = []
-    room = [3]
-
+def _room_sink(seen: list, room: list):
+    """A sink taking at most ``room[0]`` items in all (a prefix), recording them in ``seen``."""
     def sink(items):
         n = min(room[0], len(items))
         seen.extend(items[:n])
         room[0] -= n
         return n
 
-    ins = BatchInserter(sink, 5)
+    return sink
+
+
+def test_try_append_holds_the_batch_it_fills_until_the_next_insert_or_flush():
+    seen: list = []
+    room = [10]
+    ins = BatchInserter(_room_sink(seen, room), 2)
+    assert ins.try_append(0) and ins.try_append(1)
+    assert seen == [] and ins.batch == [0, 1]  # full, held (for an ack to fold into 1)
+    assert ins.try_append(2)  # the full batch leaves first
+    assert seen == [0, 1] and ins.batch == [2] and ins.transferred == 2
+    assert ins.try_append(3)
+    room[0] = 0
+    assert not ins.try_append(4)  # full and cannot leave: nothing appended
+    assert ins.batch == [2, 3]
+    room[0] = 10
+    assert ins.try_flush() and seen == [0, 1, 2, 3]
+
+
+def test_partial_insert_keeps_order():
+    seen: list = []
+    room = [3]
+    ins = BatchInserter(_room_sink(seen, room), 5)
     for i in range(5):
         ins.try_publish(i)
     assert seen == [0, 1, 2] and ins.batch == [3, 4]
