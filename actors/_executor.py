@@ -1422,6 +1422,7 @@ class ExecutorCore:
             "batched": sum(len(i.batch) for i in self._inserter_list),
             "send_failures": self.send_failures,
             "backpressure_wait_ms": self.backpressure_wait_s * 1000.0,
+            "idle_wait_ms": self.idle_wait_s * 1000.0,
             "bad_frames": self.bad_frames,
             "duplicate_frames": self.duplicate_frames, "early_frames": self.early_frames,
             "stale_frames": self.stale_frames, "epoch_resets": self.epoch_resets,

@@ -172,7 +172,7 @@ class TransferActor:
             self._send_status_to(handle, encode_status(self.local.status().to_wire()))
 
     # -- data: receiving side -------------------------------------------------------------
-    @ray.method(concurrency_group="deliver")
+    @ray.method(concurrency_group="deliver", enable_task_events=False)  # (as receive)
     def deliver(self, payload: bytes) -> list | None:
         """Hand each frame of a delivery to its task's executor; returns once all are in
         their receive or overflow queues, with one acknowledgement per frame (None for a

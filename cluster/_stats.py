@@ -22,6 +22,8 @@ class TaskStats:
         max_pending_emits: the most seen waiting at once.
         send_failures: this task's sends that found a destination backlogged.
         backpressure_wait_ms: time the executor spent idling because of backpressure.
+        idle_wait_ms: time the executor spent waiting for input (a spout also while at
+            ``topology.max.spout.pending`` or inactive).
         bad_frames: malformed frames dropped on receipt.
         backlogged: this task is backlogged now (its overflow is in use; other workers
             hold their sends to it).
@@ -80,6 +82,7 @@ class TaskStats:
     overflowed_total: int = 0
     remote_backlogged: list[int] = field(default_factory=list)
     halt_lags_ms: list[float] = field(default_factory=list)
+    idle_wait_ms: float = 0.0
     acked: int = 0
     failed: int = 0
     timeouts: int = 0
@@ -119,6 +122,7 @@ class TaskStats:
                    overflowed_total=d.get("overflowed_total", 0),
                    remote_backlogged=d.get("remote_backlogged", []),
                    halt_lags_ms=d.get("halt_lags_ms", []),
+                   idle_wait_ms=d.get("idle_wait_ms", 0.0),
                    acked=d.get("acked", 0), failed=d.get("failed", 0),
                    timeouts=d.get("timeouts", 0), pending_tuples=d.get("pending_tuples", 0),
                    complete_latencies_ms=d.get("complete_latencies_ms", []),

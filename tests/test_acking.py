@@ -150,12 +150,16 @@ def test_max_spout_pending_caps_tuples_in_flight(cluster, name, acking):
     try:
         until(lambda: handle.stats().component("src")[0].raw["pending_tuples"] == 10, 30,
                "10 tuples pending")
+        idle_ms = []
         for _ in range(5):
             spout = handle.stats().component("src")[0]
             # emitted = acked + failed + pending, and nothing is acked or failed here
             assert spout.emitted == 10 and spout.raw["pending_tuples"] == 10
             assert spout.raw["acked"] == 0 and spout.raw["failed"] == 0
+            idle_ms.append(spout.idle_wait_ms)
             time.sleep(0.1)
+        # at the cap the spout waits (idle_wait_ms) for 0.4 s between the first and last look
+        assert idle_ms[-1] - idle_ms[0] > 200
         (held,) = handle.task_state("hold", "held").values()
         assert held is not None
     finally:
