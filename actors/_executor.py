@@ -8,9 +8,10 @@ Data path (seeds/storm2-messaging-redesign.txt, notes/storm2-internals.md §2-4)
 
 * ``emit`` routes by grouping, then ``transfer`` appends ``(stream_index, values)`` to the
   destination's :class:`BatchInserter` (``topology.producer.batch.size``), one level of
-  batching only. A batch leaves when full, or on a FlushTuple that a timer inserts into this
-  executor's own queue every ``topology.batch.flush.interval.millis`` (skipped when the queue
-  is full, or when one is already queued). The flush path only *tries*; it never blocks.
+  batching only. A batch leaves when full, or at the flush that the executor thread itself
+  runs every ``topology.batch.flush.interval.millis`` while something waits to leave (Storm's
+  FlushTuple, without the timer thread: see :meth:`ExecutorCore._flush_due`). The flush path
+  only *tries*; it never blocks.
 * A send that fails (destination backlogged) goes to ``pending_emits``, and so does every
   later emit until it drains (no reordering). A spout does not call ``next_tuple`` while
   ``pending_emits`` is non-empty, but keeps consuming its own queue; a bolt stops consuming.
@@ -58,7 +59,8 @@ from topology import (
 
 logger = logging.getLogger("storm_on_ray.executor")
 
-#: The FlushTuple: only ever inserted locally, never on the wire.
+#: The FlushTuple element: the executor thread flushes on its own schedule (see
+#: ExecutorCore._flush_due); one put into the queue flushes when taken. Never on the wire.
 FLUSH = ("__flush__",)
 #: Wire stream index of the end-of-stream marker.
 EOS_STREAM = -1
@@ -295,12 +297,14 @@ class ExecutorCore:
         self.active = True
         self._want_active = True
         self._stop = False
-        self._flush_queued = False
+        interval = self.conf["topology.batch.flush.interval.millis"]
+        #: seconds between flushes (0: none, as Storm without flush tuples)
+        self._flush_interval_s = interval / 1000 if interval > 0 and self.batch_size > 1 else 0
+        self._next_flush = float("inf")  # (set at start)
         self.done = threading.Event()
         self._started_at = 0.0
         self._finished_at = 0.0
         self._thread: threading.Thread | None = None
-        self._timer: threading.Thread | None = None
 
     # -- wiring --------------------------------------------------------------------------
     def local_sink(self) -> Sink:
@@ -1057,14 +1061,7 @@ class ExecutorCore:
     # -- the loop ------------------------------------------------------------------------
     def _handle(self, el) -> None:
         if el is FLUSH:
-            self._flush_queued = False
-            if self._dropped_roots:
-                with self._bp_lock:
-                    roots, self._dropped_roots = self._dropped_roots, []
-                for r in roots:
-                    self._to_acker(ACK_FAIL, r)
-            self.flush_acks()
-            self.try_flush_batches(nagle=True)
+            self._flush()
             return
         src, s, values = el[0], el[1], el[2]
         if s < 0:
@@ -1140,7 +1137,7 @@ class ExecutorCore:
         if q.size() or not q.is_empty_overflow():
             return 0
         t0 = time.perf_counter()
-        idle = self.idle_wait.idle(idle, self.wakeup)
+        idle = self.idle_wait.idle(idle, self.wakeup, self._wait_limit())
         self.idle_wait_s += time.perf_counter() - t0
         return idle
 
@@ -1154,7 +1151,7 @@ class ExecutorCore:
         if self.pending and self.try_flush_pending():
             return 0
         t0 = time.perf_counter()
-        idle = self.bp_wait.idle(idle, self.wakeup)
+        idle = self.bp_wait.idle(idle, self.wakeup, self._wait_limit())
         dt = time.perf_counter() - t0
         self.backpressure_wait_s += dt
         if self.pending:  # the destination at the head of pending_emits holds us back
@@ -1168,7 +1165,7 @@ class ExecutorCore:
         return sum(i.transferred for i in self._inserter_list)
 
     def start(self) -> None:
-        """Call ``open``/``prepare`` and start the executor and flush-timer threads."""
+        """Call ``open``/``prepare`` and start the executor thread."""
         collector = _SpoutCollector(self) if self.is_spout else _BoltCollector(self)
         self.state = "starting"
         try:
@@ -1182,35 +1179,61 @@ class ExecutorCore:
             self.state = "failed"
             raise
         self._started_at = time.time()
+        if self._flush_interval_s:
+            self._next_flush = time.monotonic() + self._flush_interval_s
         self.state = "running"
         self._thread = threading.Thread(target=self.run, daemon=True,
                                         name=f"executor-{self.component_id}-{self.task_id}")
         self._thread.start()
-        interval = self.conf["topology.batch.flush.interval.millis"]
-        if interval > 0 and self.batch_size > 1:
-            self._timer = threading.Thread(target=self._flush_timer, args=(interval / 1000,),
-                                           daemon=True, name=f"flush-{self.task_id}")
-            self._timer.start()
 
     def _has_flushable(self) -> bool:
-        """True while a partial batch, acking values or dropped trees wait to leave (read
-        from the timer thread: a stale answer only moves a flush by one interval)."""
+        """True while a partial batch, acking values or dropped trees wait to leave."""
         return bool(self._ack_out_n or self._dropped_roots
                     or any(ins.batch for ins in self._inserter_list))
 
-    def _flush_timer(self, interval_s: float) -> None:
-        # Storm inserts a FlushTuple every interval; here only when something waits to
-        # leave. An idle task woken by a FlushTuple each millisecond never reached its wait
-        # strategy's sleep level: measured on the throughput pipeline (per-process CPU), the
-        # idle sink then used 12-14% of a core parking every ~60 µs.
-        while not self._stop and not self.done.is_set():
-            time.sleep(interval_s)
-            # set before the insert: the executor thread clears it when it takes the
-            # FlushTuple, which may happen before try_publish_direct even returns
-            if not self._flush_queued and self._has_flushable():
-                self._flush_queued = True
-                if not self.queue.try_publish_direct(FLUSH):
-                    self._flush_queued = False
+    def _flush(self) -> None:
+        """Storm's FlushTuple handling: trees dropped at the overflow limit fail, the
+        acking values and every partial batch leave (Nagle's rule; never blocks)."""
+        if self._dropped_roots:
+            with self._bp_lock:
+                roots, self._dropped_roots = self._dropped_roots, []
+            for r in roots:
+                self._to_acker(ACK_FAIL, r)
+        self.flush_acks()
+        self.try_flush_batches(nagle=True)
+
+    def _flush_due(self, now: float) -> None:
+        """The executor thread's FlushTuple: at most every
+        ``topology.batch.flush.interval.millis``, and only while something waits to leave
+        (checked by the loops after each ``consume`` and each wait; a wait ends by the
+        next flush time while something waits).
+
+        Storm's one flush-tuple timer per worker inserts a FlushTuple into every
+        executor's queue. Here a worker is one process per executor, so that timer was a
+        thread per executor: measured on benchmarks/acking.py's pipeline (per-thread CPU
+        over 5 s, py-spy for the thread names), each used 1.6-2.0% of a core waking every
+        millisecond, and taking the GIL from the executor thread each time.
+        """
+        self._next_flush = now + self._flush_interval_s
+        if self._has_flushable():
+            self._flush()
+
+    def _timers(self, expire: bool) -> None:
+        """The loops' clock work: the flush when due and, with ``expire`` (a spout with
+        ackers, or an acker), the timeout check (every timeout / 20, 10 ms to 1 s)."""
+        now = time.monotonic()
+        if now >= self._next_flush:
+            self._flush_due(now)
+        if expire and now >= self._next_timeout_check:
+            self._next_timeout_check = now + min(1.0, max(0.01, self.timeout_s / 20))
+            self._expire(now)
+
+    def _wait_limit(self) -> float | None:
+        """How long an idle wait may last: until the next flush while something waits to
+        leave, else unbounded (None: the wait strategy's own)."""
+        if self._next_flush == float("inf") or not self._has_flushable():
+            return None
+        return max(0.0, self._next_flush - time.monotonic())
 
     def run(self) -> None:
         """The executor thread: Storm's spout or bolt loop until end of stream or stop."""
@@ -1258,12 +1281,7 @@ class ExecutorCore:
             if counter >= skips:
                 recv = q.consume(handle)
                 counter = 0
-                if acking:
-                    now = time.monotonic()
-                    if now >= self._next_timeout_check:
-                        self._next_timeout_check = now + min(
-                            1.0, max(0.01, self.timeout_s / 20))
-                        self._expire(now)
+                self._timers(acking)
             else:
                 counter += 1
             if self.pending and not self.try_flush_pending():
@@ -1335,11 +1353,7 @@ class ExecutorCore:
         idle = bp_idle = 0
         is_acker = self.is_acker
         while not self._stop:
-            if is_acker:
-                now = time.monotonic()
-                if now >= self._next_timeout_check:
-                    self._next_timeout_check = now + min(1.0, max(0.01, self.timeout_s / 20))
-                    self._expire(now)
+            self._timers(is_acker)
             if not pending or self.try_flush_pending():
                 bp_idle = 0
                 if q.consume(handle, keep_running):

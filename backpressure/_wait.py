@@ -34,19 +34,23 @@ class WaitStrategy(ABC):
     """Idle once and return the new idle count; reset the count to 0 after progress."""
 
     @abstractmethod
-    def idle(self, idle_count: int, wakeup: threading.Event | None = None) -> int:
+    def idle(self, idle_count: int, wakeup: threading.Event | None = None,
+             max_s: float | None = None) -> int:
         """Wait a little; ``idle_count`` is how many times in a row the caller idled.
 
         Args:
             wakeup: when given, a wait ends early once it is set (the caller clears it
                 before checking for work, so nothing set after that check is missed).
+            max_s: when given, no wait lasts longer (seconds): the executor's next flush.
 
         Returns:
             The count to pass next time. Blocks the calling thread for 0 to a few ms.
         """
 
 
-def _pause(seconds: float, wakeup: threading.Event | None) -> None:
+def _pause(seconds: float, wakeup: threading.Event | None, max_s: float | None) -> None:
+    if max_s is not None and max_s < seconds:
+        seconds = max_s
     if wakeup is None:
         time.sleep(seconds)
     else:
@@ -68,13 +72,14 @@ class ProgressiveWaitStrategy(WaitStrategy):
         self.level2_count = level2_count
         self.level3_sleep_s = level3_sleep_ms / 1000.0
 
-    def idle(self, idle_count: int, wakeup: threading.Event | None = None) -> int:
+    def idle(self, idle_count: int, wakeup: threading.Event | None = None,
+             max_s: float | None = None) -> int:
         if idle_count < self.level1_count:
             return idle_count + 1
         if idle_count < self.level1_count + self.level2_count:
-            _pause(1e-6, wakeup)  # parkNanos(1): ~50-60 µs on Linux
+            _pause(1e-6, wakeup, max_s)  # parkNanos(1): ~50-60 µs on Linux
             return idle_count + 1
-        _pause(self.level3_sleep_s, wakeup)
+        _pause(self.level3_sleep_s, wakeup, max_s)
         return idle_count
 
     def __repr__(self) -> str:
@@ -88,9 +93,10 @@ class ParkWaitStrategy(WaitStrategy):
     def __init__(self, park_us: float = 100) -> None:
         self.park_s = park_us / 1e6
 
-    def idle(self, idle_count: int, wakeup: threading.Event | None = None) -> int:
+    def idle(self, idle_count: int, wakeup: threading.Event | None = None,
+             max_s: float | None = None) -> int:
         if self.park_s > 0:
-            _pause(self.park_s, wakeup)
+            _pause(self.park_s, wakeup, max_s)
         return idle_count + 1
 
 
@@ -100,8 +106,9 @@ class SleepWaitStrategy(WaitStrategy):
     def __init__(self, sleep_ms: float = 1.0) -> None:
         self.sleep_s = sleep_ms / 1000.0
 
-    def idle(self, idle_count: int, wakeup: threading.Event | None = None) -> int:
-        _pause(self.sleep_s, wakeup)
+    def idle(self, idle_count: int, wakeup: threading.Event | None = None,
+             max_s: float | None = None) -> int:
+        _pause(self.sleep_s, wakeup, max_s)
         return idle_count + 1
 
 

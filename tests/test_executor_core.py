@@ -158,25 +158,61 @@ def test_acker_takes_batched_acking_messages_and_answers_in_one_message():
 
 
 
-def test_flush_timer_inserts_flush_tuples_only_while_something_waits_to_leave():
-    topo = _topo()
-    conf = {**CONF, "topology.batch.flush.interval.millis": 1}
-    bolt = ExecutorCore("t", topo, conf, 1, {1: 0, 2: 0})
-    bolt.connect({})
-    bolt.start()  # a sink: nothing of its own ever waits to leave
+class _FiveThenIdle(SeqSpout):
+    """Emits 5 tuples, then nothing (without ending its stream)."""
+
+    def next_tuple(self):
+        if self.i < 5:
+            super().next_tuple()
+
+
+def test_the_executor_thread_flushes_partial_batches_on_its_own_schedule():
+    """Storm's FlushTuple, run by the executor thread itself (no timer thread): with a
+    batch size of 4, the fifth tuple of a spout, and a bolt's one output, leave within the
+    flush interval although nothing else joins their batches."""
+    from actors._routing import stream_table
+    from tests.components import PassBolt
+
+    b = TopologyBuilder()
+    b.set_spout("src", _FiveThenIdle(10))
+    b.set_bolt("pass", PassBolt()).shuffle_grouping("src")
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("pass")
+    topo = b.create_topology()
+    tasks = {t: 0 for ts in topo.component_tasks.values() for t in ts}
+    (src,), (pas,), (sink,) = (topo.component_tasks[c] for c in ("src", "pass", "sink"))
+    conf = {**CONF, "topology.batch.flush.interval.millis": 1,
+            "topology.producer.batch.size": 4}
+    spout = ExecutorCore("t", topo, conf, src, tasks)
+    bolt = ExecutorCore("t", topo, conf, pas, tasks)
+    from_spout: list = []
+    from_bolt: list = []
+    spout.connect({pas: lambda items: from_spout.extend(items) or len(items)})
+    bolt.connect({sink: lambda items: from_bolt.extend(items) or len(items)})
+    spout.start()
+    bolt.start()
     try:
-        time.sleep(0.05)  # ~50 timer ticks
-        assert bolt.queue.metrics().to_dict()["arrival_rate_secs"] == 0
+        _until(lambda: len(from_spout) == 5)
+        assert not spout._has_flushable()
+        s = [i for i, (c, _, _) in enumerate(stream_table(topo)) if c == "src"][0]
+        assert bolt.queue.try_publish_direct((src, s, [7, "k7"]))
+        _until(lambda: from_bolt)
+        assert from_bolt[0][1] == [7, "k7"] and not bolt._has_flushable()
     finally:
+        spout.stop()
         bolt.stop()
-    spout = ExecutorCore("t", topo, {**conf, "topology.producer.batch.size": 4}, 2,
+
+
+def test_a_flush_tuple_in_the_queue_still_flushes():
+    topo = _topo()
+    spout = ExecutorCore("t", topo, {**CONF, "topology.producer.batch.size": 4}, 2,
                          {1: 0, 2: 0})
-    spout.connect({1: lambda items: len(items)})
+    sent: list = []
+    spout.connect({1: lambda items: sent.extend(items) or len(items)})
     assert not spout._has_flushable()
-    spout.emit([1, "k"])  # a partial batch (1 of 4): only a FlushTuple sends it
-    assert spout._has_flushable()
+    spout.emit([1, "k"])  # a partial batch (1 of 4)
+    assert spout._has_flushable() and not sent
     spout._handle(FLUSH)
-    assert not spout._has_flushable()
+    assert not spout._has_flushable() and len(sent) == 1
 
 
 def _all_tasks(topo):
