@@ -808,9 +808,15 @@ class ExecutorCore:
                 for root, v in pairs:
                     e = get(root)
                     if e is None:  # an implicit init, or an ack before the init
-                        e = tree[root] = [v ^ 0, spout_of(root), now, False]
-                        if v == 0 and e[1] >= 0:  # a whole tree in one ack
-                            done(root, e)
+                        spout = spout_of(root)
+                        if v == 0 and spout >= 0:  # a whole tree in one ack: no entry
+                            self.acked += 1
+                            self._ack_list(spout, ACKER_ACKED).append(root)
+                            self._ack_out_n += 1
+                            if self._ack_out_n >= ACK_BATCH_VALUES:
+                                self.flush_acks()
+                            continue
+                        tree[root] = [v ^ 0, spout, now, False]
                         continue
                     e[0] ^= v
                     if e[0] == 0 and e[1] >= 0:  # (a failed tree with its spout is gone)
