@@ -611,14 +611,14 @@ class ExecutorCore:
         rand = self._rand.getrandbits
         pending, inserters, index = self.pending, self.inserters, r.index
         if len(roots) == 2:  # one root: the usual case, and the one acks can ride on
-            last = targets[-1] if targets else None
-            for t in targets:
+            last = len(targets) - 1
+            for i, t in enumerate(targets):
                 e = rand(63) or 1
                 a.ack_val ^= e
                 edge = [roots[0], e]
                 msg = (index, values, edge)
                 ins = inserters[t]
-                if t is not last:
+                if i < last:
                     if pending or not ins.try_publish(msg):
                         pending.append((t, msg))
                 # try_append: a batch the last child fills leaves after ack_tuple(a) has
