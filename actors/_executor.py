@@ -810,11 +810,7 @@ class ExecutorCore:
                     if e is None:  # an implicit init, or an ack before the init
                         spout = spout_of(root)
                         if v == 0 and spout >= 0:  # a whole tree in one ack: no entry
-                            self.acked += 1
-                            self._ack_list(spout, ACKER_ACKED).append(root)
-                            self._ack_out_n += 1
-                            if self._ack_out_n >= ACK_BATCH_VALUES:
-                                self.flush_acks()
+                            self._answer_spout(spout, root, False)
                             continue
                         tree[root] = [v ^ 0, spout, now, False]
                         continue
@@ -865,9 +861,14 @@ class ExecutorCore:
 
     def _tree_done(self, root: int, e: list) -> None:
         del self._tree[root]
-        self.acked += not e[3]
-        self.failed += e[3]
-        self._ack_list(e[1], ACKER_FAILED if e[3] else ACKER_ACKED).append(root)
+        self._answer_spout(e[1], root, e[3])
+
+    def _answer_spout(self, spout: int, root: int, failed: bool) -> None:
+        """The acker's answer for a resolved tree: ``root`` joins the values held for
+        ``spout`` on ACKER_FAILED or ACKER_ACKED."""
+        self.acked += not failed
+        self.failed += failed
+        self._ack_list(spout, ACKER_FAILED if failed else ACKER_ACKED).append(root)
         self._ack_out_n += 1
         if self._ack_out_n >= ACK_BATCH_VALUES:
             self.flush_acks()

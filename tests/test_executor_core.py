@@ -158,6 +158,24 @@ def test_acker_takes_batched_acking_messages_and_answers_in_one_message():
 
 
 
+def _src_pass_sink(spout) -> TopologyBuilder:
+    """src (``spout``) → pass (a PassBolt) → sink (a CollectorBolt), shuffle groupings."""
+    from tests.components import PassBolt
+
+    b = TopologyBuilder()
+    b.set_spout("src", spout)
+    b.set_bolt("pass", PassBolt()).shuffle_grouping("src")
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("pass")
+    return b
+
+
+def _src_stream(topo) -> int:
+    """The wire stream index of src's default stream."""
+    from actors._routing import stream_table
+
+    return [i for i, (c, _, _) in enumerate(stream_table(topo)) if c == "src"][0]
+
+
 class _FiveThenIdle(SeqSpout):
     """Emits 5 tuples, then nothing (without ending its stream)."""
 
@@ -170,14 +188,7 @@ def test_the_executor_thread_flushes_partial_batches_on_its_own_schedule():
     """Storm's FlushTuple, run by the executor thread itself (no timer thread): with a
     batch size of 4, the fifth tuple of a spout, and a bolt's one output, leave within the
     flush interval although nothing else joins their batches."""
-    from actors._routing import stream_table
-    from tests.components import PassBolt
-
-    b = TopologyBuilder()
-    b.set_spout("src", _FiveThenIdle(10))
-    b.set_bolt("pass", PassBolt()).shuffle_grouping("src")
-    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("pass")
-    topo = b.create_topology()
+    topo = _src_pass_sink(_FiveThenIdle(10)).create_topology()
     tasks = {t: 0 for ts in topo.component_tasks.values() for t in ts}
     (src,), (pas,), (sink,) = (topo.component_tasks[c] for c in ("src", "pass", "sink"))
     conf = {**CONF, "topology.batch.flush.interval.millis": 1,
@@ -193,8 +204,7 @@ def test_the_executor_thread_flushes_partial_batches_on_its_own_schedule():
     try:
         _until(lambda: len(from_spout) == 5)
         assert not spout._has_flushable()
-        s = [i for i, (c, _, _) in enumerate(stream_table(topo)) if c == "src"][0]
-        assert bolt.queue.try_publish_direct((src, s, [7, "k7"]))
+        assert bolt.queue.try_publish_direct((src, _src_stream(topo), [7, "k7"]))
         _until(lambda: from_bolt)
         assert from_bolt[0][1] == [7, "k7"] and not bolt._has_flushable()
     finally:
@@ -430,14 +440,8 @@ def _pass_core(batch_size: int, in_spouts: bool = False):
     """The ``pass`` task of src → pass → sink with acking, its sinks recording items, and
     the wire element of a src tuple (without anchors)."""
     from actors._codec import decode_batch, encode_batch
-    from actors._routing import stream_table
-    from tests.components import PassBolt
 
-    b = TopologyBuilder()
-    b.set_spout("src", _IdSpout(0))
-    b.set_bolt("pass", PassBolt()).shuffle_grouping("src")
-    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("pass")
-    topo = b.create_topology().with_ackers(1, in_spouts)
+    topo = _src_pass_sink(_IdSpout(0)).create_topology().with_ackers(1, in_spouts)
     conf = {"topology.producer.batch.size": batch_size, "topology.acker.in.spouts": in_spouts}
     task = topo.component_tasks["pass"][0]
     core = ExecutorCore("t", topo, conf, task, _all_tasks(topo))
@@ -453,8 +457,7 @@ def _pass_core(batch_size: int, in_spouts: bool = False):
     from actors._executor import _BoltCollector
     core.obj.prepare(core.conf, core.context, _BoltCollector(core))
     src = topo.component_tasks["src"][0]
-    s = [i for i, (c, sid, _) in enumerate(stream_table(topo)) if c == "src"][0]
-    return core, topo, sent, (src, s, [7, "k7"])
+    return core, topo, sent, (src, _src_stream(topo), [7, "k7"])
 
 
 @pytest.mark.parametrize("in_spouts", [False, True])
