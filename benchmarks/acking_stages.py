@@ -115,7 +115,8 @@ def stages(n: int, ack: bool, in_spouts: bool = False) -> dict[str, float]:
     elif ack:
         acker_task = task["__acker"]
         acker = cores["__acker"]
-        # (with ack piggybacking and implicit inits, only count may send anything)
+        # (with ack piggybacking and implicit inits, only count may send anything, and
+        # it completes every one-ack tree itself)
         to_acker = (from_gen.get(acker_task, []) + from_double.get(acker_task, [])
                     + from_count.get(acker_task, []))
 
@@ -128,7 +129,9 @@ def stages(n: int, ack: bool, in_spouts: bool = False) -> dict[str, float]:
             acker.try_flush_batches()
 
         ack_stage()
-        answers = list(outbox[task["gen"]])
+        # one-ack trees reach the spout from the bolt that completed them; the acker
+        # answers for the rest (none in this chain, whose acks all fold into count's)
+        answers = from_count.get(task["gen"], []) + outbox.get(task["gen"], [])
         out["acker"] = _best(ack_stage)
     if ack:
         # in spouts the entries' XOR values change: each pass starts from fresh copies

@@ -34,6 +34,8 @@ class TaskStats:
         acked / failed: tuples acked / failed (a spout: its tuple trees completed / failed,
             timeouts included; a bolt: inputs it acked / failed; an acker: trees it
             completed / failed).
+        completed_trees: a bolt's one-ack trees it completed itself (its ack of value 0
+            for an implicit-init root), telling the spout without the acker.
         timeouts: a spout's tuple trees failed by ``topology.message.timeout.secs``.
         pending_tuples: a spout's tuple trees in flight (an acker's: trees it tracks).
         complete_latencies_ms: a spout's recent emit-to-ack times of completed trees.
@@ -87,6 +89,7 @@ class TaskStats:
     failed: int = 0
     timeouts: int = 0
     pending_tuples: int = 0
+    completed_trees: int = 0
     complete_latencies_ms: list[float] = field(default_factory=list)
     busy_time_ms_per_second: float = 0.0
     idle_time_ms_per_second: float = 0.0
@@ -125,6 +128,7 @@ class TaskStats:
                    idle_wait_ms=d.get("idle_wait_ms", 0.0),
                    acked=d.get("acked", 0), failed=d.get("failed", 0),
                    timeouts=d.get("timeouts", 0), pending_tuples=d.get("pending_tuples", 0),
+                   completed_trees=d.get("completed_trees", 0),
                    complete_latencies_ms=d.get("complete_latencies_ms", []),
                    **{k: m[k] for k in _METRIC_FIELDS if k in (m := d.get("metrics") or {})},
                    restarted=d.get("reconstructed", False),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from ray import cloudpickle
 
 from actors import FLUSH, ExecutorCore
 from tests.components import SeqSpout
@@ -169,11 +170,11 @@ def _src_pass_sink(spout) -> TopologyBuilder:
     return b
 
 
-def _src_stream(topo) -> int:
-    """The wire stream index of src's default stream."""
+def _src_stream(topo, component: str = "src") -> int:
+    """The wire stream index of ``component``'s default stream."""
     from actors._routing import stream_table
 
-    return [i for i, (c, _, _) in enumerate(stream_table(topo)) if c == "src"][0]
+    return [i for i, (c, _, _) in enumerate(stream_table(topo)) if c == component][0]
 
 
 class _FiveThenIdle(SeqSpout):
@@ -227,6 +228,13 @@ def test_a_flush_tuple_in_the_queue_still_flushes():
 
 def _all_tasks(topo):
     return {t: 0 for ts in topo.component_tasks.values() for t in ts}
+
+
+def _shipped(topo):
+    """``topo`` as one executor actor gets it from Ray (a pickled copy): tasks built from
+    copies do not share a component object (a shared bolt keeps the last ``prepare``'s
+    collector, so one task's emits would leave through another's)."""
+    return cloudpickle.loads(cloudpickle.dumps(topo))
 
 
 def test_routes_that_cannot_depend_on_values_are_fixed_and_emits_return_tuples():
@@ -288,7 +296,7 @@ def test_every_tree_completes_through_one_acker_or_several(ackers):
     conf = {"topology.acker.executors": ackers, "topology.producer.batch.size": 16,
             "topology.batch.flush.interval.millis": 1}
     tasks = _all_tasks(topo)
-    cores = {t: ExecutorCore("t", topo, conf, t, tasks) for t in tasks}
+    cores = {t: ExecutorCore("t", _shipped(topo), conf, t, tasks) for t in tasks}
     for t, c in cores.items():
         c.connect({d: ExecutorCore.make_queue_sink(cores[d].queue, t) for d in c.destinations})
     (spout,) = (c for c in cores.values() if c.is_spout)
@@ -300,13 +308,15 @@ def test_every_tree_completes_through_one_acker_or_several(ackers):
         assert spout.obj.failed_ids == [] and spout.unknown_acks == 0
         ackers_ = [cores[t] for t in topo.acker_tasks]
         assert sum(a.acked for a in ackers_) == 200 and not any(a._tree for a in ackers_)
+        # every tree branches (two "both" tasks): no bolt may complete one by itself
+        assert not any(c.completed_trees for c in cores.values())
         if ackers > 1:
             assert all(a.acked for a in ackers_)  # the roots were spread over them
         # most pass acks rode on a child still in its batch (ack piggybacking)
         assert sum(cores[t].folded_acks for t in topo.component_tasks["pass"]) > 0
-        # every seq reached both "both" tasks (which may share one bolt object here)
-        rows = {id(r): r for t in topo.component_tasks["both"] for r in cores[t].obj.received}
-        assert sorted(r[-1][0] for r in rows.values()) == sorted(list(range(200)) * 2)
+        # every seq reached both "both" tasks
+        rows = [r for t in topo.component_tasks["both"] for r in cores[t].obj.received]
+        assert sorted(r[-1][0] for r in rows) == sorted(list(range(200)) * 2)
     finally:
         for c in cores.values():
             c.stop()
@@ -353,7 +363,7 @@ def test_spouts_as_their_own_ackers_complete_every_tree(spouts):
     assert topo.acker_tasks == tuple(topo.component_tasks["src"])
     conf = {"topology.acker.in.spouts": True, "topology.producer.batch.size": 16}
     tasks = _all_tasks(topo)
-    cores = {t: ExecutorCore("t", topo, conf, t, tasks) for t in tasks}
+    cores = {t: ExecutorCore("t", _shipped(topo), conf, t, tasks) for t in tasks}
     for t, c in cores.items():
         c.connect({d: ExecutorCore.make_queue_sink(cores[d].queue, t) for d in c.destinations})
     spout_cores = [c for c in cores.values() if c.is_spout]
@@ -436,14 +446,14 @@ def test_a_task_that_ended_takes_late_frames_without_blocking_the_sender():
     assert spout.late_items == 11 and spout.queue.is_empty_overflow()
 
 
-def _pass_core(batch_size: int, in_spouts: bool = False):
-    """The ``pass`` task of src → pass → sink with acking, its sinks recording items, and
-    the wire element of a src tuple (without anchors)."""
+def _pass_core(batch_size: int, in_spouts: bool = False, name: str = "pass"):
+    """The ``name`` task (``pass`` or ``sink``) of src → pass → sink with acking, its sinks
+    recording items, and the wire element of a tuple from its upstream (without anchors)."""
     from actors._codec import decode_batch, encode_batch
 
     topo = _src_pass_sink(_IdSpout(0)).create_topology().with_ackers(1, in_spouts)
     conf = {"topology.producer.batch.size": batch_size, "topology.acker.in.spouts": in_spouts}
-    task = topo.component_tasks["pass"][0]
+    task = topo.component_tasks[name][0]
     core = ExecutorCore("t", topo, conf, task, _all_tasks(topo))
     sent: dict = {}
 
@@ -456,8 +466,8 @@ def _pass_core(batch_size: int, in_spouts: bool = False):
     core.connect({d: sink_to(d) for d in core.destinations})
     from actors._executor import _BoltCollector
     core.obj.prepare(core.conf, core.context, _BoltCollector(core))
-    src = topo.component_tasks["src"][0]
-    return core, topo, sent, (src, _src_stream(topo), [7, "k7"])
+    up = "src" if name == "pass" else "pass"
+    return core, topo, sent, (topo.component_tasks[up][0], _src_stream(topo, up), [7, "k7"])
 
 
 @pytest.mark.parametrize("in_spouts", [False, True])
@@ -592,3 +602,30 @@ def test_the_acker_learns_an_implicit_init_tree_from_its_first_ack():
     assert {t for t, _ in sent} == {2}
     assert out == {ACKER_ACKED: [r1, r2], ACKER_FAILED: [r3], ACKER_RESET: [r4]}
     assert acker.acked == 2 and acker.failed == 1 and acker.bad_frames == 1
+
+
+@pytest.mark.parametrize("in_spouts", [False, True])
+def test_a_bolt_completes_a_one_ack_tree_itself_and_leaves_the_rest_to_the_acker(in_spouts):
+    """An ack of value 0 for an implicit-init root is its whole tree: the bolt tells the
+    spout (ACKER_ACKED) and the acker never hears of it. A non-zero value, a root without
+    the implicit bit, and malformed roots (negative; naming spout index 5 of one spout) go
+    to the acker as Storm sends them (it counts the malformed as bad). With the spouts as
+    their own ackers the bolt sends every ack to the spout as before."""
+    from actors._executor import ACK_ACK, ACKER_ACKED, IMPLICIT_INIT
+
+    core, topo, sent, el = _pass_core(16, in_spouts, name="sink")
+    whole = IMPLICIT_INIT | 101  # spout index 0: the only spout
+    roots = [(whole, 0), (IMPLICIT_INIT | 102, 77), (555, 0), (-1, 0),
+             (IMPLICIT_INIT | 5 << 47 | 103, 0)]
+    for root, edge in roots:
+        core._handle((*el, [root, edge]))
+    core.flush_acks()
+    core.try_flush_batches()
+    src = topo.component_tasks["src"][0]
+    if in_spouts:  # the spout is the acker: every ack goes to it
+        assert core.completed_trees == 0
+        assert sent == {src: [[ACK_ACK, [x for r in roots for x in r]]]}
+        return
+    assert core.completed_trees == 1 and core.acked == 5
+    assert sent == {src: [[ACKER_ACKED, [whole]]],
+                    topo.acker_tasks[0]: [[ACK_ACK, [x for r in roots[1:] for x in r]]]}

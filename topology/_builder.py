@@ -240,32 +240,44 @@ class StormTopology:
         return [(cid, g) for cid, spec in self._components.items() for g in spec.inputs
                 if g.source == source]
 
+    @property
+    def spout_tasks(self) -> tuple[int, ...]:
+        """Task ids of every spout, sorted."""
+        return tuple(sorted(t for t, c in self._task_component.items()
+                            if self._components[c].is_spout))
+
     def upstream_tasks(self, component: str) -> list[int]:
         """Task ids of every component ``component`` subscribes to (any stream); with
-        ackers, a spout's upstream includes them, and an acker's is every other task."""
-        acks = list(self.acker_tasks)
+        acking, a spout's upstream also has every bolt task (a bolt may complete one of
+        its trees, or, with ``ackers_in_spouts``, ack to it) and the acker tasks, and an
+        acker's is every other task."""
         if component == ACKER_ID:
             return sorted(t for t, c in self._task_component.items() if c != ACKER_ID)
         srcs = sorted({g.source for g in self._components[component].inputs})
         ups = [t for s in srcs for t in self._tasks[s]]
-        if not self._components[component].is_spout:
+        if not self._components[component].is_spout or not self.acker_tasks:
             return ups
-        if self.ackers_in_spouts:  # every bolt task may ack a tree of this spout
-            return ups + sorted(t for t, c in self._task_component.items()
-                                if not self._components[c].is_spout)
-        return ups + acks
+        bolts = sorted(t for t, c in self._task_component.items()
+                       if c != ACKER_ID and not self._components[c].is_spout)
+        return ups + bolts + ([] if self.ackers_in_spouts else list(self.acker_tasks))
 
     def downstream_tasks(self, component: str) -> list[int]:
-        """Task ids ``component`` sends to: its subscribers' tasks, plus the ackers (or,
-        for an acker, the spout tasks)."""
+        """Task ids ``component`` sends to: its subscribers' tasks, plus with acking the
+        ackers (for an acker, the spout tasks) and, for a bolt with acker executors, the
+        spout tasks too (the one-ack trees it completes, see actors/_executor.py
+        ``ExecutorCore.ack_tuple``)."""
         if component == ACKER_ID:
-            return sorted(t for t, c in self._task_component.items()
-                          if c != ACKER_ID and self._components[c].is_spout)
+            return list(self.spout_tasks)
         comps = sorted({cid for cid, _ in self.subscribers(component)})
         subs = [t for c in comps for t in self._tasks[c]]
-        if self.ackers_in_spouts and self._components[component].is_spout:
-            return subs  # a spout tracks its own trees: it sends no acking messages
-        return subs + list(self.acker_tasks)
+        if not self.acker_tasks:
+            return subs
+        if self._components[component].is_spout:
+            # a spout that tracks its own trees sends no acking messages
+            return subs if self.ackers_in_spouts else subs + list(self.acker_tasks)
+        if self.ackers_in_spouts:  # the spouts are the ackers
+            return subs + list(self.acker_tasks)
+        return subs + list(self.acker_tasks) + list(self.spout_tasks)
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{c}x{s.parallelism}" for c, s in self._components.items())
