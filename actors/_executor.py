@@ -232,15 +232,13 @@ class ExecutorCore:
             IMPLICIT_INIT | self._spout_tasks.index(task_id) << 47
             if self.is_spout and self.ackers and not self.own_trees
             and len(self._spout_tasks) <= 1 << 15 else None)
-        #: a bolt's view of those roots: ``root >> 47`` -> the spout task it names, for the
-        #: one-ack trees this bolt completes itself (see ack_tuple); empty when the spouts
-        #: are the ackers, which need no such shortcut
-        self._implicit_spouts: dict[int, int] = (
-            {(IMPLICIT_INIT | i << 47) >> 47: t for i, t in enumerate(self._spout_tasks)}
+        #: a bolt's roots of the one-ack trees it completed itself and has not sent yet
+        #: (see ack_tuple), by ``root >> 47``: the implicit-init prefix naming the spout;
+        #: empty when the spouts are the ackers, which need no such shortcut
+        self._completed_out: dict[int, list] = (
+            {(IMPLICIT_INIT | i << 47) >> 47: [] for i in range(len(self._spout_tasks))}
             if not self.is_spout and not self.is_acker and self.ackers
             and not topology.ackers_in_spouts and len(self._spout_tasks) <= 1 << 15 else {})
-        #: the roots of those trees not yet sent, by the same key (see flush_acks)
-        self._completed_out: dict[int, list] = {k: [] for k in self._implicit_spouts}
         self.auto_ack = bool(getattr(self.obj, "auto_ack", True))
         self._rand = random.Random(int.from_bytes(os.urandom(8), "little"))
         self.timeout_s = float(c["topology.message.timeout.secs"])
@@ -482,7 +480,7 @@ class ExecutorCore:
             out[(self._one_acker, ACK_ACK)], self._acks_out = self._acks_out, []
         for key, roots in self._completed_out.items():  # (a bolt: it answers nothing else)
             if roots:
-                out[(self._implicit_spouts[key], ACKER_ACKED)] = roots
+                out[(self.implicit_init_spout(key << 47), ACKER_ACKED)] = roots
                 self._completed_out[key] = []
         for (dest, stream), values in out.items():
             self._transfer(dest, (stream, values))
@@ -687,15 +685,8 @@ class ExecutorCore:
             # benchmarks/acking_stages.py than a _to_acker call per root
             if self._one_acker is not None and len(anchors) == 2:  # the usual case
                 root, x = anchors[0], anchors[1] ^ v
-                if x:
+                if x or not self._complete_tree(root):
                     self._acks_out += (root, x)
-                else:  # _complete_tree inlined
-                    done = self._completed_out.get(root >> 47)
-                    if done is None:
-                        self._acks_out += (root, 0)
-                    else:
-                        done.append(root)
-                        self.completed_trees += 1
             else:
                 acks, one = self.ackers, self._one_acker
                 for i in range(0, len(anchors), 2):
