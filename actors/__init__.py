@@ -1,27 +1,39 @@
 """The Ray actors that carry out the backpressure core: executors, transfer actors and the
-msgpack wire codec."""
+msgpack wire codec.
 
-from actors._actor import ActorSink, ExecutorActor
-from actors._codec import (
-    DEFAULT_MAX_FRAME_BYTES,
-    FrameError,
-    decode_batch,
-    decode_status,
-    decode_transfer,
-    encode_batch,
-    encode_status,
-    encode_transfer,
-)
-from actors._errors import ErrorInfo, ErrorReporter
-from actors._executor import EOS_STREAM, FLUSH, ExecutorCore
-from actors._routing import StreamRouter, build_routers, stable_hash, stream_table
-from actors._transfer import FRAME_LOST, TransferActor, executor_name, transfer_name
+The Ray-free rooms (``actors._acking``, ``actors._outbox``, ``actors._inbound``,
+``actors._executor``) import without Ray; the names below that need it are loaded on first
+use (PEP 562), so ``import actors._acking`` works where Ray is absent.
+"""
 
-__all__ = [
-    "ActorSink", "DEFAULT_MAX_FRAME_BYTES", "EOS_STREAM", "FRAME_LOST", "ErrorInfo",
-    "ErrorReporter", "ExecutorActor", "ExecutorCore", "FLUSH", "FrameError", "StreamRouter",
-    "build_routers",
-    "TransferActor", "decode_batch", "decode_status", "decode_transfer", "encode_batch",
-    "encode_status", "encode_transfer", "executor_name", "stable_hash", "stream_table",
-    "transfer_name",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "ActorSink": "actors._actor", "ExecutorActor": "actors._actor",
+    "DEFAULT_MAX_FRAME_BYTES": "actors._codec", "FrameError": "actors._codec",
+    "decode_batch": "actors._codec", "decode_status": "actors._codec",
+    "decode_transfer": "actors._codec", "encode_batch": "actors._codec",
+    "encode_status": "actors._codec", "encode_transfer": "actors._codec",
+    "ErrorInfo": "actors._errors", "ErrorReporter": "actors._errors",
+    "EOS_STREAM": "actors._executor", "FLUSH": "actors._executor",
+    "ExecutorCore": "actors._executor", "make_executor": "actors._executor",
+    "SystemStream": "actors._acking",
+    "StreamRouter": "actors._routing", "build_routers": "actors._routing",
+    "stable_hash": "actors._routing", "stream_table": "actors._routing",
+    "FRAME_LOST": "actors._transfer", "TransferActor": "actors._transfer",
+    "executor_name": "actors._transfer", "transfer_name": "actors._transfer",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'actors' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -23,7 +23,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from actors._codec import FrameError, decode_batch, decode_status, encode_batch, encode_transfer
-from actors._executor import EOS_STREAM, ExecutorCore
+from actors._executor import EOS_STREAM, ExecutorCore, make_executor
 from actors._gc import freeze_startup_objects, tune_gc
 from actors._metrics import RayMetricsExport, TaskMetrics
 from actors._store import StoredTopology
@@ -55,7 +55,7 @@ class ActorSink:
     Failures: a call that fails because the receiver (or the transfer actor in between)
     died, or that the transfer actor answers with :data:`FRAME_LOST`, means frames may be
     lost. The sink then starts a new epoch (a larger number, seq from 0; see
-    ``ExecutorCore.accept_frame``), forgets the calls in flight (their tuples replay through
+    ``Inbound.accept_frame``), forgets the calls in flight (their tuples replay through
     acking) and, if this task already ended its stream, sends its end-of-stream marker
     again. Ray queues calls to an actor while it restarts, so nothing else waits.
 
@@ -69,7 +69,7 @@ class ActorSink:
     """
 
     __slots__ = ("_send", "_src", "_max", "_inflight", "_core", "dest", "sent_batches",
-                 "_remote", "_next", "_acked", "_epoch", "resets")
+                 "_remote", "_may_send", "_next", "_acked", "_epoch", "resets")
 
     def __init__(self, send, src_task: int, dest_task: int, max_inflight: int,
                  core: ExecutorCore, remote: bool = False) -> None:
@@ -80,10 +80,11 @@ class ActorSink:
         self._max = max_inflight
         self._inflight: list = []
         self._core = core
+        self._may_send = core.policy.may_send
         self._next = 0  # seq of the next frame
         self._acked = -1  # highest seq the receiver has acknowledged
         # a restarted sender starts above any epoch of its earlier incarnation
-        self._epoch = time.time_ns() if core.reconstructed else 0
+        self._epoch = time.time_ns() if core.inbound.reconstructed else 0
         self.sent_batches = 0
         self.resets = 0
 
@@ -139,8 +140,7 @@ class ActorSink:
         return self.unacked() > 0
 
     def __call__(self, items: list) -> int:
-        if self._remote and self._core.remote_bp.is_backlogged(self.dest):
-            self._core.remote_refusals += 1
+        if self._remote and not self._may_send(self.dest):  # the flow-control policy
             return 0
         if self._next - 1 - self._acked >= self._max and self.unacked() >= self._max:
             return 0
@@ -208,7 +208,7 @@ class ExecutorActor:
         sys.setswitchinterval(float(os.environ.get("STORM_ON_RAY_SWITCH_INTERVAL", "0.0005")))
         if isinstance(topology, StoredTopology):  # a detached topology (actors/_store.py)
             topology = topology.load()
-        self.core = ExecutorCore(topology_name, topology, conf, task_id, task_worker)
+        self.core = make_executor(topology_name, topology, conf, task_id, task_worker)
         tune_gc(self.core.conf["topology.executor.gc.threshold"])
         self._max_frame = self.core.conf["topology.transfer.max.frame.bytes"]
         self._sinks: list[ActorSink] = []
@@ -216,7 +216,7 @@ class ExecutorActor:
         self._bp_thread: threading.Thread | None = None
         self._prefix = prefix
         if prefix is not None and ray.get_runtime_context().was_current_actor_reconstructed:
-            self.core.reconstructed = True
+            self.core.inbound.reconstructed = True
             self._rejoin()
 
     def _rejoin(self, timeout: float = 60.0) -> None:
@@ -237,7 +237,7 @@ class ExecutorActor:
                     self.apply_backpressure(wire)
             except Exception as e:  # the transfer actor restarts too: statuses will come
                 core.errors.report(e, "rejoin (backpressure status)")
-            self._notify(core.current_report())
+            self._notify(core.inbound.current_report())
         ups = sorted(core.upstream_open)
         if ups:
             done = []
@@ -269,7 +269,6 @@ class ExecutorActor:
         transfers = transfers or {}
         self._transfer = transfers.get(core.worker)
         worker_of = core.task_worker
-        inflight = core.conf["topology.transfer.max.inflight.batches"]
         sinks = {}
         for t in core.destinations:
             if t == core.task_id:
@@ -279,13 +278,14 @@ class ExecutorActor:
             back = t in core.back_dests  # closes a cycle: never blocks, never holds
             if w == core.worker:
                 send = handles[t].receive_remote.remote if back else handles[t].receive.remote
-                s = ActorSink(send, core.task_id, t, inflight, core)
+                s = ActorSink(send, core.task_id, t, core.policy.credits(t), core)
             else:
                 if w not in transfers:
                     raise ValueError(f"task {core.task_id}: task {t} is in worker {w}, which "
                                      f"has no transfer actor")
                 s = ActorSink(functools.partial(_deliver, transfers[w], core.worker, t),
-                              core.task_id, t, inflight, core, remote=not back)
+                              core.task_id, t, core.policy.credits(t), core,
+                              remote=not back)
             self._sinks.append(s)
             sinks[t] = s
         core.connect(sinks)
@@ -336,7 +336,7 @@ class ExecutorActor:
         period = core.conf["topology.backpressure.check.millis"] / 1000.0
         while not core._stop and not core.done.is_set():
             time.sleep(period)
-            report = core.check_backpressure()
+            report = core.inbound.check_backpressure()
             if report is not None:
                 self._notify(report)
 
@@ -361,7 +361,7 @@ class ExecutorActor:
         core = self.core
         try:
             src, epoch, seq, items = decode_batch(frame, self._max_frame, len(core.streams))
-            ack, report = core.accept_frame(src, seq, items, True, epoch)
+            ack, report = core.inbound.accept_frame(src, seq, items, True, epoch)
         except (FrameError, ValueError) as e:
             self._bad_frame(e)
             return None
@@ -395,7 +395,7 @@ class ExecutorActor:
         core = self.core
         try:
             src, epoch, seq, items = decode_batch(frame, self._max_frame, len(core.streams))
-            return core.accept_frame(src, seq, items, False, epoch)[0]
+            return core.inbound.accept_frame(src, seq, items, False, epoch)[0]
         except (FrameError, ValueError) as e:
             self._bad_frame(e)
             return None
@@ -404,10 +404,10 @@ class ExecutorActor:
 
     def _bad_frame(self, e: Exception) -> None:
         core = self.core
-        core.bad_frames += 1
+        n = core.count_bad_frame()
         if core.log_throttle.allow("bad_frame"):
             logger.warning("%s:%d dropped a bad frame (%d so far): %s", core.component_id,
-                           core.task_id, core.bad_frames, e)
+                           core.task_id, n, e)
 
     @ray.method(concurrency_group="control")
     def stats(self) -> dict:
@@ -453,7 +453,7 @@ class ExecutorActor:
     def backpressure_report(self) -> tuple:
         """This task's current backpressure state as a transfer-actor report
         ``(task, backlogged, since, seq, reminder)`` (for a restarted transfer actor)."""
-        return self.core.current_report()
+        return self.core.inbound.current_report()
 
     @ray.method(concurrency_group="control")
     def pid(self) -> int:

@@ -147,7 +147,7 @@ class TaskMetrics:
         cause = max(held, key=held.get) if held else None
         # stall: something waits for this task (input queued, or emits pending) and none of
         # its counters moved during the interval
-        waiting = q.population + q.overflow + len(core.pending)
+        waiting = q.population + q.overflow + len(core.outbox.pending_emits)
         progressed = (executed or cur["emitted"] != prev["emitted"]
                       or cur["acked"] != prev["acked"] or cur["failed"] != prev["failed"])
         if dt > 0:
@@ -165,7 +165,7 @@ class TaskMetrics:
             logger.warning("%s:%d: no progress for %.1f s with %d tuples waiting (queue %d, "
                            "overflow %d, pending emits %d); held back by %s",
                            core.component_id, core.task_id, stalled, waiting, q.population,
-                           q.overflow, len(core.pending),
+                           q.overflow, len(core.outbox.pending_emits),
                            f"task {cause}" if cause is not None else "nothing downstream")
         return {
             "interval_s": dt,
@@ -183,7 +183,59 @@ class TaskMetrics:
             "backpressured_time_ms_per_second": bp,
             "backpressure_level": backpressure_level(bp),
             "backpressure_cause": cause,
-            "backlogged": int(core.bp_tracker.is_backpressured(core.task_id)),
+            "backlogged": int(core.policy.backlogged),
             "stalled_seconds": stalled,
             "stalled": stalled >= self.stall_timeout_s,
         }
+
+
+def _spout_progress(core: Any) -> int | None:
+    """The spout's ``progress()`` (None for a bolt, before ``open``, or when it raises:
+    reported, never failing a stats call)."""
+    if not core.is_spout or not core.started_at:
+        return None
+    try:
+        p = core.obj.progress()
+        return None if p is None else int(p)
+    except Exception as e:
+        core.errors.report(e, "progress")
+        return None
+
+
+def task_stats(core: Any) -> dict:
+    """One task's counters, queue metrics, backpressure and errors, read from the
+    executor's rooms (any thread; plain dict, the fields of ``cluster.TaskStats``)."""
+    ledger, out, inb, policy, col = (core.ledger, core.outbox, core.inbound, core.policy,
+                                     core.collector)
+    end = core.finished_at or time.time()
+    return {
+        "component": core.component_id, "task": core.task_id, "active": core.active,
+        "worker": core.context.worker_index, "state": core.state,
+        "emitted": col.emitted, "executed": core.executed,
+        "acked": core.acked, "failed": core.failed,
+        "timeouts": getattr(ledger, "timeouts", 0),
+        "pending_tuples": getattr(ledger, "pending", 0),
+        "unknown_acks": getattr(ledger, "unknown_acks", 0),
+        "folded_acks": getattr(ledger, "folded_acks", 0),
+        "completed_trees": getattr(ledger, "completed_trees", 0),
+        "complete_latencies_ms": list(getattr(ledger, "complete_latencies_ms", ())),
+        "queue": core.queue.metrics().to_dict(), "pending_emits": len(out.pending_emits),
+        "max_pending_emits": out.max_pending_emits, "batched": out.batched(),
+        "send_failures": out.send_failures,
+        "backpressure_wait_ms": core.backpressure_wait_s * 1000.0,
+        "idle_wait_ms": core.idle_wait_s * 1000.0,
+        "bad_frames": core.bad_frames,
+        "duplicate_frames": inb.duplicate_frames, "early_frames": inb.early_frames,
+        "stale_frames": inb.stale_frames, "epoch_resets": inb.epoch_resets,
+        "lost_frames": inb.lost_frames, "late_items": inb.late_items,
+        "reconstructed": inb.reconstructed,
+        "backlogged": policy.backlogged, "backpressure_policy": policy.name,
+        "overflowed_total": core.queue.overflowed_total,
+        "bp_reports": inb.bp_reports, "refused": inb.refused,
+        "remote_backlogged": policy.backlogged_remote(),
+        "remote_refusals": policy.refusals,
+        "halt_lags_ms": [x * 1000.0 for x in getattr(policy, "halt_lags_s", ())],
+        "error_count": core.errors.total, "errors": core.errors.snapshot(),
+        "uptime_s": (end - core.started_at) if core.started_at else 0.0,
+        "progress": _spout_progress(core),
+    }

@@ -143,3 +143,39 @@ def build_routers(topology: StormTopology, component: str, task: int,
         routers[sid] = StreamRouter(component, sid, table[(component, sid)], fields,
                                     subs or [_Sub("all", ())], frozenset(direct))
     return routers
+
+
+@dataclass(frozen=True)
+class TaskLinks:
+    """Which tasks one task exchanges tuples with, and which links close a cycle.
+
+    Attributes:
+        destinations: every task it sends to (each task a grouping may route to; the end
+            of stream goes to all of them).
+        upstream: every task it consumes from.
+        back_dests: destinations on a back edge (an edge that closes a cycle): sends there
+            never block, so no cycle of full queues can deadlock.
+        back_sources: upstream tasks on a back edge: the end of stream does not wait for
+            them (it could never arrive), and their arrivals are capped.
+        remote_upstream: upstream tasks in other workers (their tuples arrive through
+            transfer actors).
+    """
+
+    destinations: tuple[int, ...]
+    upstream: frozenset[int]
+    back_dests: frozenset[int]
+    back_sources: frozenset[int]
+    remote_upstream: frozenset[int]
+
+
+def task_links(topology: StormTopology, task: int, task_worker: dict[int, int]) -> TaskLinks:
+    """The :class:`TaskLinks` of ``task`` (``task_worker``: task id → worker index)."""
+    cid = topology.task_component(task)
+    tasks_of, back = topology.component_tasks, topology.back_edges
+    upstream = frozenset(topology.upstream_tasks(cid))
+    worker = task_worker.get(task, 0)
+    return TaskLinks(
+        tuple(topology.downstream_tasks(cid)), upstream,
+        frozenset(t for (a, b) in back if a == cid for t in tasks_of[b]),
+        frozenset(t for (a, b) in back if b == cid for t in tasks_of[a]),
+        frozenset(t for t in upstream if task_worker.get(t, 0) != worker))

@@ -6,6 +6,13 @@ these classes decide, and every class is unit-tested without a cluster.
 """
 
 from backpressure._jcqueue import BatchInserter, JCQueue, JCQueueMetrics, QueueInterrupted
+from backpressure._policy import (
+    POLICIES,
+    FlowControlPolicy,
+    Report,
+    Storm2Policy,
+    make_policy,
+)
 from backpressure._rate import RateTracker
 from backpressure._tracker import (
     BackPressureStatus,
@@ -24,6 +31,7 @@ from backpressure._wait import (
 )
 
 __all__ = [
+    "FlowControlPolicy", "POLICIES", "Report", "Storm2Policy", "make_policy",
     "BackPressureStatus", "BackPressureTracker", "RemoteBackPressure", "WorkerBackPressure",
     "next_status_id", "BatchInserter", "JCQueue", "JCQueueMetrics", "ParkWaitStrategy",
     "ProgressiveWaitStrategy", "QueueInterrupted", "RateTracker", "SITUATIONS",

@@ -100,6 +100,12 @@ class BatchInserter:
     def __len__(self) -> int:
         return len(self.batch)
 
+    def sink_busy(self) -> bool:
+        """True while the sink reports an earlier batch still in flight (its ``busy()``;
+        False for a sink without one, such as a local queue). Non-blocking."""
+        busy = getattr(self._sink, "busy", None)
+        return busy is not None and busy()
+
     def publish(self, obj: Any) -> None:
         """Append ``obj``; when the batch is full, ``flush()`` (blocks while the sink is full)."""
         self.batch.append(obj)
@@ -129,7 +135,7 @@ class BatchInserter:
 
     def try_append(self, obj: Any) -> bool:
         """As :meth:`try_publish`, but a batch that ``obj`` fills stays until the caller
-        flushes it (or the next publish, or a flush): ``ExecutorCore.ack_tuple`` first
+        flushes it (or the next publish, or a flush): the bolt collector's ``ack`` first
         folds the parent's ack into ``obj``'s edge (ack piggybacking). Non-blocking; False
         (nothing appended) if a full batch cannot leave first."""
         batch = self.batch

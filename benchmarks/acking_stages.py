@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import benchmarks._pipeline as pipeline  # noqa: E402
 from actors._codec import decode_batch, encode_batch  # noqa: E402
-from actors._executor import ExecutorCore, _BoltCollector, _SpoutCollector  # noqa: E402
+from actors._executor import make_executor  # noqa: E402
 from benchmarks._common import write_result  # noqa: E402
 
 
@@ -44,7 +44,7 @@ def _cores(ack: bool, in_spouts: bool = False) -> tuple[dict, dict]:
     workers = {t: 0 for ts in topo.component_tasks.values() for t in ts}
     conf = {"topology.acker.executors": ackers, "topology.max.spout.pending": None,
             "topology.acker.in.spouts": in_spouts}
-    cores = {topo.task_component(t): ExecutorCore("stages", topo, conf, t, workers)
+    cores = {topo.task_component(t): make_executor("stages", topo, conf, t, workers)
              for t in workers}
     outbox: dict = {}
     for core in cores.values():
@@ -57,9 +57,9 @@ def _cores(ack: bool, in_spouts: bool = False) -> tuple[dict, dict]:
             sinks[d] = sink
         core.connect(sinks)
         if core.is_spout:
-            core.obj.open(core.conf, core.context, _SpoutCollector(core))
+            core.obj.open(core.conf, core.context, core.collector)
         else:
-            core.obj.prepare(core.conf, core.context, _BoltCollector(core))
+            core.obj.prepare(core.conf, core.context, core.collector)
     return cores, outbox
 
 
@@ -83,11 +83,11 @@ def stages(n: int, ack: bool, in_spouts: bool = False) -> dict[str, float]:
 
     def spout() -> None:
         outbox.clear()
-        gen.pending_tuples.clear()
+        gen.ledger.trees.clear()
         for i in range(n):
-            gen.spout_output((i, "k" + str(i % 1000)), msg_id=i if ack else None)
+            gen.collector.emit((i, "k" + str(i % 1000)), msg_id=i if ack else None)
         gen.flush_acks()
-        gen.try_flush_batches()
+        gen.outbox.try_flush_batches()
 
     def bolt(name: str, inputs: list):
         core = cores[name]
@@ -95,13 +95,14 @@ def stages(n: int, ack: bool, in_spouts: bool = False) -> dict[str, float]:
         def run() -> None:
             outbox.clear()
             for el in inputs:
-                core._handle(el)
+                core.handle(el)
             core.flush_acks()
-            core.try_flush_batches()
+            core.outbox.try_flush_batches()
         return run
 
     spout()
-    from_gen, pending = dict(outbox), dict(gen.pending_tuples)
+    led = gen.ledger
+    from_gen, pending = dict(outbox), dict(led.trees)
     out["spout emit"] = _best(spout)
     double = bolt("double", from_gen[task["double"]])
     double()
@@ -123,11 +124,11 @@ def stages(n: int, ack: bool, in_spouts: bool = False) -> dict[str, float]:
 
         def ack_stage() -> None:
             outbox.clear()
-            acker._tree.clear()
+            acker.ledger.trees.clear()
             for el in to_acker:
-                acker._handle(el)
+                acker.handle(el)
             acker.flush_acks()
-            acker.try_flush_batches()
+            acker.outbox.try_flush_batches()
 
         ack_stage()
         # one-ack trees reach the spout from the bolt that completed them; the acker
@@ -135,18 +136,15 @@ def stages(n: int, ack: bool, in_spouts: bool = False) -> dict[str, float]:
         answers = from_count.get(task["gen"], []) + outbox.get(task["gen"], [])
         out["acker"] = _best(ack_stage)
     if ack:
-        # in spouts the entries' XOR values change: each pass starts from fresh copies
-        fresh = (lambda: {k: list(v) for k, v in pending.items()}) if in_spouts else (
-            lambda: dict(pending))
-
-        def spout_acks() -> None:
-            gen.pending_tuples = fresh()
+        def spout_acks() -> None:  # each pass starts from the pending trees after emit
+            led.trees.clear()
+            led.trees.update(pending)
             for el in answers:
-                gen._handle(el)
+                gen.handle(el)
 
         before = gen.acked
         spout_acks()
-        assert gen.acked - before == n and not gen.pending_tuples, "trees left incomplete"
+        assert gen.acked - before == n and not led.trees, "trees left incomplete"
         out["spout acks"] = _best(spout_acks)
     return {k: v / n * 1e6 for k, v in out.items()}
 

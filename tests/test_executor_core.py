@@ -7,7 +7,7 @@ import time
 import pytest
 from ray import cloudpickle
 
-from actors import FLUSH, ExecutorCore
+from actors import FLUSH, ExecutorCore, make_executor
 from tests.components import SeqSpout
 from topology import CollectorBolt, TopologyBuilder
 
@@ -32,20 +32,20 @@ def _until(cond, timeout=10.0):
 def test_spout_stops_next_tuple_while_pending_but_keeps_draining_its_queue():
     topo = _topo()
     workers = {1: 0, 2: 0}
-    spout = ExecutorCore("t", topo, CONF, 2, workers)
-    bolt = ExecutorCore("t", topo, CONF, 1, workers)  # never started: its queue fills
+    spout = make_executor("t", topo, CONF, 2, workers)
+    bolt = make_executor("t", topo, CONF, 1, workers)  # never started: its queue fills
     spout.connect({1: ExecutorCore.make_queue_sink(bolt.queue, 2)})
     spout.start()
     try:
-        _until(lambda: len(spout.pending) > 0)
+        _until(lambda: len(spout.outbox.pending_emits) > 0)
         # 8 in the receive queue, 2 in the full batch, 1 in pendingEmits: nothing more
         emitted = spout.emitted
         assert emitted == 8 + 2 + 1 and bolt.queue.size() == 8
         for _ in range(5):  # acks would arrive like this; the spout must keep consuming
             assert spout.queue.try_publish_direct(FLUSH)
             _until(lambda: spout.queue.size() == 0)
-        assert spout.emitted == emitted and len(spout.pending) == 1
-        assert spout.backpressure_wait_s > 0 and spout.send_failures > 0
+        assert spout.emitted == emitted and len(spout.outbox.pending_emits) == 1
+        assert spout.backpressure_wait_s > 0 and spout.outbox.send_failures > 0
         got: list = []
         bolt.queue.consume(got.append)  # room again: the spout resumes, order kept
         _until(lambda: spout.emitted > emitted)
@@ -71,17 +71,17 @@ class _FakeSink:
 
 def test_flush_tuple_holds_partial_batch_while_one_is_in_flight():
     topo = _topo()
-    spout = ExecutorCore("t", topo, {"topology.producer.batch.size": 100}, 2, {1: 0, 2: 0})
+    spout = make_executor("t", topo, {"topology.producer.batch.size": 100}, 2, {1: 0, 2: 0})
     sink = _FakeSink()
     spout.connect({1: sink})
-    spout.emit((1, "a"), "default")
+    spout.collector.emit((1, "a"), "default")
     sink.in_flight = True
-    assert not spout.try_flush_batches(nagle=True) and sink.batches == []
+    assert not spout.outbox.try_flush_batches(nagle=True) and sink.batches == []
     sink.in_flight = False
-    assert spout.try_flush_batches(nagle=True) and len(sink.batches) == 1
-    spout.emit((2, "b"), "default")
+    assert spout.outbox.try_flush_batches(nagle=True) and len(sink.batches) == 1
+    spout.collector.emit((2, "b"), "default")
     sink.in_flight = True
-    assert spout.try_flush_batches() and len(sink.batches) == 2  # end of stream: no hold
+    assert spout.outbox.try_flush_batches() and len(sink.batches) == 2  # end of stream: no hold
 
 
 def test_bolt_ends_after_all_upstream_markers_and_calls_finish_once():
@@ -92,8 +92,8 @@ def test_bolt_ends_after_all_upstream_markers_and_calls_finish_once():
     b.set_bolt("count", CountBolt()).shuffle_grouping("src")
     topo = b.create_topology()  # count=1, src=2,3
     workers = {1: 0, 2: 0, 3: 0}
-    bolt = ExecutorCore("t", topo, {}, 1, workers)
-    spouts = [ExecutorCore("t", topo, {}, t, workers) for t in (2, 3)]
+    bolt = make_executor("t", topo, {}, 1, workers)
+    spouts = [make_executor("t", topo, {}, t, workers) for t in (2, 3)]
     for s in spouts:
         s.connect({1: ExecutorCore.make_queue_sink(bolt.queue, s.task_id)})
     bolt.connect({})
@@ -110,7 +110,7 @@ def test_bolt_ends_after_all_upstream_markers_and_calls_finish_once():
 def test_a_fail_that_empties_pending_is_replayed_before_the_stream_ends():
     """The spout has emitted everything and waits for its last tree; that tree fails. The
     item must be emitted again, not the stream ended with it lost."""
-    from actors._executor import ACKER_FAILED
+    from actors._acking import ACKER_FAILED
     from topology import IterableSpout
 
     b = TopologyBuilder()
@@ -119,19 +119,19 @@ def test_a_fail_that_empties_pending_is_replayed_before_the_stream_ends():
     topo = b.create_topology().with_ackers(1)  # sink=1, src=2, acker=3
     workers = {1: 0, 2: 0, 3: 0}
     conf = {**CONF, "topology.producer.batch.size": 1}
-    spout = ExecutorCore("t", topo, conf, 2, workers)
-    sink = ExecutorCore("t", topo, conf, 1, workers)
-    acker = ExecutorCore("t", topo, conf, 3, workers)
+    spout = make_executor("t", topo, conf, 2, workers)
+    sink = make_executor("t", topo, conf, 1, workers)
+    acker = make_executor("t", topo, conf, 3, workers)
     spout.connect({1: ExecutorCore.make_queue_sink(sink.queue, 2),
                    3: ExecutorCore.make_queue_sink(acker.queue, 2)})
     spout.start()
     try:
-        _until(lambda: len(spout.pending_tuples) == 1)
-        (root,) = spout.pending_tuples
+        _until(lambda: len(spout.ledger.trees) == 1)
+        (root,) = spout.ledger.trees
         assert spout.queue.try_publish_direct((3, ACKER_FAILED, [root]))
         _until(lambda: spout.emitted == 2 or spout.done.is_set())
         assert spout.emitted == 2 and not spout.done.is_set()
-        assert len(spout.pending_tuples) == 1 and spout.obj.failed_ids == [0]
+        assert len(spout.ledger.trees) == 1 and spout.obj.failed_ids == [0]
     finally:
         spout.stop()
 
@@ -140,20 +140,20 @@ def test_acker_takes_batched_acking_messages_and_answers_in_one_message():
     """Acking messages carry many roots (ACK_INIT/ACK_ACK: root, xor pairs; the spout task
     is the sender); completed trees go back to the spout as one ACKER_ACKED message, and
     malformed acking values are counted as bad, never raised."""
-    from actors._executor import ACK_ACK, ACK_FAIL, ACK_INIT, ACKER_ACKED, ACKER_FAILED
+    from actors._acking import ACK_ACK, ACK_FAIL, ACK_INIT, ACKER_ACKED, ACKER_FAILED
 
     topo = _topo().with_ackers(1)
     acker_task = topo.acker_tasks[0]
-    acker = ExecutorCore("t", topo, CONF, acker_task, {t: 0 for t in range(1, 4)})
+    acker = make_executor("t", topo, CONF, acker_task, {t: 0 for t in range(1, 4)})
     sent: list = []
     acker.connect({t: (lambda items, t=t: sent.append((t, list(items))) or len(items))
                    for t in acker.destinations})
-    acker._system(2, ACK_INIT, [11, 5, 12, 6, 13, 7])  # three trees of spout task 2
-    acker._system(1, ACK_ACK, [11, 5, 12, 6])  # two complete
-    acker._system(1, ACK_FAIL, [13])
-    acker._system(1, ACK_ACK, [14])  # odd length: malformed
+    acker.handle((2, ACK_INIT, [11, 5, 12, 6, 13, 7]))  # three trees of spout task 2
+    acker.handle((1, ACK_ACK, [11, 5, 12, 6]))  # two complete
+    acker.handle((1, ACK_FAIL, [13]))
+    acker.handle((1, ACK_ACK, [14]))  # odd length: malformed
     acker.flush_acks()
-    acker.try_flush_batches()
+    acker.outbox.try_flush_batches()
     assert sent == [(2, [(ACKER_ACKED, [11, 12]), (ACKER_FAILED, [13])])]
     assert acker.acked == 2 and acker.failed == 1 and acker.bad_frames == 1
 
@@ -194,8 +194,8 @@ def test_the_executor_thread_flushes_partial_batches_on_its_own_schedule():
     (src,), (pas,), (sink,) = (topo.component_tasks[c] for c in ("src", "pass", "sink"))
     conf = {**CONF, "topology.batch.flush.interval.millis": 1,
             "topology.producer.batch.size": 4}
-    spout = ExecutorCore("t", topo, conf, src, tasks)
-    bolt = ExecutorCore("t", topo, conf, pas, tasks)
+    spout = make_executor("t", topo, conf, src, tasks)
+    bolt = make_executor("t", topo, conf, pas, tasks)
     from_spout: list = []
     from_bolt: list = []
     spout.connect({pas: lambda items: from_spout.extend(items) or len(items)})
@@ -215,14 +215,14 @@ def test_the_executor_thread_flushes_partial_batches_on_its_own_schedule():
 
 def test_a_flush_tuple_in_the_queue_still_flushes():
     topo = _topo()
-    spout = ExecutorCore("t", topo, {**CONF, "topology.producer.batch.size": 4}, 2,
+    spout = make_executor("t", topo, {**CONF, "topology.producer.batch.size": 4}, 2,
                          {1: 0, 2: 0})
     sent: list = []
     spout.connect({1: lambda items: sent.extend(items) or len(items)})
     assert not spout._has_flushable()
-    spout.emit([1, "k"])  # a partial batch (1 of 4)
+    spout.collector.emit([1, "k"])  # a partial batch (1 of 4)
     assert spout._has_flushable() and not sent
-    spout._handle(FLUSH)
+    spout.handle(FLUSH)
     assert not spout._has_flushable() and len(sent) == 1
 
 
@@ -243,17 +243,17 @@ def test_routes_that_cannot_depend_on_values_are_fixed_and_emits_return_tuples()
     b.set_bolt("one", CollectorBolt()).fields_grouping("src", ["key"])
     topo = b.create_topology()
     one, src = topo.component_tasks["one"][0], topo.component_tasks["src"][0]
-    core = ExecutorCore("t", topo, CONF, src, _all_tasks(topo))
-    assert core.routers["default"].fixed == (one,)  # a fields grouping into one task
+    core = make_executor("t", topo, CONF, src, _all_tasks(topo))
+    assert core.collector.routers["default"].fixed == (one,)  # a fields grouping into one task
     b.set_bolt("two", CollectorBolt(), parallelism_hint=2).fields_grouping("src", ["key"])
     topo = b.create_topology()
     one, two = topo.component_tasks["one"][0], topo.component_tasks["two"]
-    core = ExecutorCore("t", topo, CONF, topo.component_tasks["src"][0], _all_tasks(topo))
+    core = make_executor("t", topo, CONF, topo.component_tasks["src"][0], _all_tasks(topo))
     core.connect({t: (lambda items: len(items)) for t in core.destinations})
-    assert core.routers["default"].fixed is None  # "two" has two tasks: the key decides
+    assert core.collector.routers["default"].fixed is None  # "two" has two tasks: the key decides
     seen = set()
     for i in range(50):
-        targets = core.emit([i, f"k{i}"])
+        targets = core.collector.emit([i, f"k{i}"])
         assert isinstance(targets, tuple) and targets[0] == one and targets[1] in two
         seen.add(targets[1])
     assert seen == set(two)
@@ -296,7 +296,7 @@ def test_every_tree_completes_through_one_acker_or_several(ackers):
     conf = {"topology.acker.executors": ackers, "topology.producer.batch.size": 16,
             "topology.batch.flush.interval.millis": 1}
     tasks = _all_tasks(topo)
-    cores = {t: ExecutorCore("t", _shipped(topo), conf, t, tasks) for t in tasks}
+    cores = {t: make_executor("t", _shipped(topo), conf, t, tasks) for t in tasks}
     for t, c in cores.items():
         c.connect({d: ExecutorCore.make_queue_sink(cores[d].queue, t) for d in c.destinations})
     (spout,) = (c for c in cores.values() if c.is_spout)
@@ -305,15 +305,15 @@ def test_every_tree_completes_through_one_acker_or_several(ackers):
     try:
         _until(lambda: spout.done.is_set())
         assert sorted(spout.obj.acked_ids) == list(range(200))
-        assert spout.obj.failed_ids == [] and spout.unknown_acks == 0
+        assert spout.obj.failed_ids == [] and spout.ledger.unknown_acks == 0
         ackers_ = [cores[t] for t in topo.acker_tasks]
-        assert sum(a.acked for a in ackers_) == 200 and not any(a._tree for a in ackers_)
+        assert sum(a.acked for a in ackers_) == 200 and not any(a.ledger.trees for a in ackers_)
         # every tree branches (two "both" tasks): no bolt may complete one by itself
-        assert not any(c.completed_trees for c in cores.values())
+        assert not any(getattr(c.ledger, "completed_trees", 0) for c in cores.values())
         if ackers > 1:
             assert all(a.acked for a in ackers_)  # the roots were spread over them
         # most pass acks rode on a child still in its batch (ack piggybacking)
-        assert sum(cores[t].folded_acks for t in topo.component_tasks["pass"]) > 0
+        assert sum(cores[t].ledger.folded_acks for t in topo.component_tasks["pass"]) > 0
         # every seq reached both "both" tasks
         rows = [r for t in topo.component_tasks["both"] for r in cores[t].obj.received]
         assert sorted(r[-1][0] for r in rows) == sorted(list(range(200)) * 2)
@@ -323,7 +323,7 @@ def test_every_tree_completes_through_one_acker_or_several(ackers):
 
 
 def test_spout_takes_acks_counting_unknown_roots_and_going_on_after_a_raising_ack():
-    from actors._executor import ACKER_ACKED
+    from actors._acking import ACKER_ACKED
 
     class _Raising(_IdSpout):
         def ack(self, msg_id):
@@ -336,12 +336,12 @@ def test_spout_takes_acks_counting_unknown_roots_and_going_on_after_a_raising_ac
     b.set_bolt("sink", CollectorBolt()).shuffle_grouping("src")
     topo = b.create_topology().with_ackers(1)
     src = topo.component_tasks["src"][0]
-    spout = ExecutorCore("t", topo, CONF, src, _all_tasks(topo))
+    spout = make_executor("t", topo, CONF, src, _all_tasks(topo))
     spout.obj.open(spout.conf, spout.context, None)
-    spout.pending_tuples.update({11: ["bad", time.monotonic()], 12: ["ok", time.monotonic()]})
-    spout._system(topo.acker_tasks[0], ACKER_ACKED, [11, 99, 12])
-    assert spout.obj.acked_ids == ["ok"] and spout.acked == 2 and spout.unknown_acks == 1
-    assert not spout.pending_tuples and len(spout.complete_latencies_ms) == 2
+    bad, ok = (spout.ledger.on_spout_emit(m, 1, time.monotonic())[0][0] for m in ("bad", "ok"))
+    spout.handle((topo.acker_tasks[0], ACKER_ACKED, [bad, 99, ok]))
+    assert spout.obj.acked_ids == ["ok"] and spout.acked == 2 and spout.ledger.unknown_acks == 1
+    assert not spout.ledger.trees and len(spout.ledger.complete_latencies_ms) == 2
     assert spout.errors.total == 1
 
 
@@ -363,7 +363,7 @@ def test_spouts_as_their_own_ackers_complete_every_tree(spouts):
     assert topo.acker_tasks == tuple(topo.component_tasks["src"])
     conf = {"topology.acker.in.spouts": True, "topology.producer.batch.size": 16}
     tasks = _all_tasks(topo)
-    cores = {t: ExecutorCore("t", _shipped(topo), conf, t, tasks) for t in tasks}
+    cores = {t: make_executor("t", _shipped(topo), conf, t, tasks) for t in tasks}
     for t, c in cores.items():
         c.connect({d: ExecutorCore.make_queue_sink(cores[d].queue, t) for d in c.destinations})
     spout_cores = [c for c in cores.values() if c.is_spout]
@@ -374,49 +374,15 @@ def test_spouts_as_their_own_ackers_complete_every_tree(spouts):
     try:
         _until(lambda: all(c.done.is_set() for c in spout_cores))
         for i, c in enumerate(spout_cores):
-            assert c.own_trees and c._own_index == i
+            assert c.ledger.own_trees and c.ledger.own_index == i
             assert sorted(c.obj.acked_ids) == list(range(200)), c.task_id
-            assert c.obj.failed_ids == [] and c.unknown_acks == 0 and not c.pending_tuples
-            assert c.acked == 200 and len(c.complete_latencies_ms) == 200
+            assert c.obj.failed_ids == [] and c.ledger.unknown_acks == 0 and not c.ledger.trees
+            assert c.acked == 200 and len(c.ledger.complete_latencies_ms) == 200
         rows = {id(r): r for t in topo.component_tasks["both"] for r in cores[t].obj.received}
         assert len(rows) == 2 * 200 * spouts
     finally:
         for c in cores.values():
             c.stop()
-
-
-def test_a_spout_acking_its_own_trees_xors_fails_resets_and_counts_unknown_roots():
-    from actors._executor import ACK_ACK, ACK_FAIL, ACK_RESET
-
-    b = TopologyBuilder()
-    b.set_spout("src", _IdSpout(0), parallelism_hint=3)
-    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("src")
-    topo = b.create_topology().with_ackers(1, in_spouts=True)
-    second = topo.component_tasks["src"][1]
-    spout = ExecutorCore("t", topo, CONF, second, _all_tasks(topo))
-    spout.obj.open(spout.conf, spout.context, None)
-    sink_task = topo.component_tasks["sink"][0]
-    assert spout.destinations == [sink_task]  # a spout sends no acking messages
-    spout.connect({sink_task: len})
-    targets = spout.spout_output((7, "k7"), msg_id="a")
-    (t,) = targets
-    (index, values, (root, edge)), = spout.inserters[t].batch
-    assert root % 3 == 1 and spout.pending_tuples[root][2] == edge
-    # a bolt's ack: edge ^ child edge; then the child's ack completes the tree
-    spout._system(sink_task, ACK_ACK, [root, edge ^ 5, 12345, 1])
-    assert spout.pending_tuples[root][2] == 5 and spout.unknown_acks == 1
-    spout._system(sink_task, ACK_ACK, [root, 5])
-    assert spout.obj.acked_ids == ["a"] and spout.acked == 1 and not spout.pending_tuples
-    now = time.monotonic()
-    spout.pending_tuples.update({4: ["b", now - 5, 9], 7: ["c", now - 1, 9]})
-    spout._system(sink_task, ACK_RESET, [4])
-    assert list(spout.pending_tuples) == [7, 4] and spout.pending_tuples[4][1] >= now
-    spout._system(sink_task, ACK_FAIL, [7, 99])
-    assert spout.obj.failed_ids == ["c"] and spout.unknown_acks == 2
-    bad = spout.bad_frames
-    spout._system(sink_task, ACK_ACK, [4])  # odd length: malformed
-    spout._system(sink_task, ACK_ACK, [4, "x"])
-    assert spout.bad_frames == bad + 2 and list(spout.pending_tuples) == [4]
 
 
 def test_a_task_that_ended_takes_late_frames_without_blocking_the_sender():
@@ -430,20 +396,20 @@ def test_a_task_that_ended_takes_late_frames_without_blocking_the_sender():
     b.set_bolt("sink", CollectorBolt()).shuffle_grouping("src")
     topo = b.create_topology().with_ackers(1, in_spouts=True)
     src, sink = topo.component_tasks["src"][0], topo.component_tasks["sink"][0]
-    spout = ExecutorCore("t", topo, CONF, src, _all_tasks(topo))  # queue of 8
+    spout = make_executor("t", topo, CONF, src, _all_tasks(topo))  # queue of 8
     items = [(-3, [5, 6])] * 8
-    assert spout.accept_frame(sink, 0, items, False) == (0, None)  # fills the queue
+    assert spout.inbound.accept_frame(sink, 0, items, False) == (0, None)  # fills the queue
     out = []
     waiter = threading.Thread(target=lambda: out.append(
-        spout.accept_frame(sink, 1, items[:3], False)))
+        spout.inbound.accept_frame(sink, 1, items[:3], False)))
     waiter.start()
     waiter.join(0.2)
     assert waiter.is_alive()  # blocked: the queue is full and the task runs
     spout.done.set()
     waiter.join(5)
-    assert out == [(1, None)] and spout.late_items == 3
-    assert spout.accept_frame(sink, 2, items, True) == (2, None)  # remote: no overflow
-    assert spout.late_items == 11 and spout.queue.is_empty_overflow()
+    assert out == [(1, None)] and spout.inbound.late_items == 3
+    assert spout.inbound.accept_frame(sink, 2, items, True) == (2, None)  # remote: no overflow
+    assert spout.inbound.late_items == 11 and spout.queue.is_empty_overflow()
 
 
 def _pass_core(batch_size: int, in_spouts: bool = False, name: str = "pass"):
@@ -454,7 +420,7 @@ def _pass_core(batch_size: int, in_spouts: bool = False, name: str = "pass"):
     topo = _src_pass_sink(_IdSpout(0)).create_topology().with_ackers(1, in_spouts)
     conf = {"topology.producer.batch.size": batch_size, "topology.acker.in.spouts": in_spouts}
     task = topo.component_tasks[name][0]
-    core = ExecutorCore("t", topo, conf, task, _all_tasks(topo))
+    core = make_executor("t", topo, conf, task, _all_tasks(topo))
     sent: dict = {}
 
     def sink_to(dest):
@@ -464,8 +430,7 @@ def _pass_core(batch_size: int, in_spouts: bool = False, name: str = "pass"):
         return sink
 
     core.connect({d: sink_to(d) for d in core.destinations})
-    from actors._executor import _BoltCollector
-    core.obj.prepare(core.conf, core.context, _BoltCollector(core))
+    core.obj.prepare(core.conf, core.context, core.collector)
     up = "src" if name == "pass" else "pass"
     return core, topo, sent, (topo.component_tasks[up][0], _src_stream(topo, up), [7, "k7"])
 
@@ -475,14 +440,14 @@ def test_a_bolt_ack_rides_on_its_child_while_the_child_waits_in_its_batch(in_spo
     """Ack piggybacking: the pass bolt's ack value (edge_in ^ edge_child) XORs into its
     child's edge, so it sends no ack message, and the sink's ack of the child alone
     completes the tree (the XOR total is what the two messages would have given)."""
-    from actors._executor import ACK_ACK
+    from actors._acking import ACK_ACK
 
     core, topo, sent, el = _pass_core(batch_size=16, in_spouts=in_spouts)
     root, e_in = 1234567, 987654321
-    core._handle((*el, [root, e_in]))
-    assert core.folded_acks == 1 and core.acked == 1
-    assert not core._acks_out and not core._ack_out and core._ack_out_n == 0
-    core.try_flush_batches()
+    core.handle((*el, [root, e_in]))
+    assert core.ledger.folded_acks == 1 and core.acked == 1
+    assert core.ledger.held_values == 0
+    core.outbox.try_flush_batches()
     sink = topo.component_tasks["sink"][0]
     ((stream, values, anchors),) = sent[sink]
     assert values == [7, "k7"]
@@ -498,46 +463,49 @@ def test_a_child_that_fills_its_batch_waits_for_the_fold_then_leaves():
     folded into it, and leaves at once after: no ack message per data batch."""
     core, topo, sent, el = _pass_core(batch_size=1)
     root, e_in = 1234567, 987654321
-    core._handle((*el, [root, e_in]))
+    core.handle((*el, [root, e_in]))
     sink = topo.component_tasks["sink"][0]
     ((_, values, anchors),) = sent[sink]
     assert values == [7, "k7"] and anchors == [root, e_in]  # e_child ^ (e_in ^ e_child)
-    assert core.folded_acks == 1 and not core._acks_out
-    assert not core.inserters[sink].batch  # it left without a flush call
+    assert core.ledger.folded_acks == 1 and core.ledger.held_values == 0
+    assert not core.outbox.inserters[sink].batch  # it left without a flush call
 
 
 def test_a_bolt_ack_leaves_as_a_message_once_its_child_has_left_or_has_two_roots():
     """No piggybacking when the child already left (here the bolt flushes its batches
     between emit and ack) or when the input has several roots: the ack value goes to the
     acker as Storm sends it."""
+    from actors._acking import ACK_ACK
+
     core, topo, sent, el = _pass_core(batch_size=16)
     execute = core.obj.execute
 
     def execute_then_flush(tup):
         execute(tup)
-        core.try_flush_batches()
+        core.outbox.try_flush_batches()
 
     core.obj.execute = execute_then_flush
     root, e_in = 1234567, 987654321
-    core._handle((*el, [root, e_in]))
+    core.handle((*el, [root, e_in]))
     sink = topo.component_tasks["sink"][0]
     ((_, _, (r, e_child)),) = sent[sink]
-    assert r == root and core.folded_acks == 0
-    assert core._acks_out == [root, e_in ^ e_child]
+    assert r == root and core.ledger.folded_acks == 0
+    acker = topo.acker_tasks[0]
+    assert core.ledger.take_messages() == [(acker, ACK_ACK, [root, e_in ^ e_child])]
 
     core, topo, sent, el = _pass_core(batch_size=16)
-    core._handle((*el, [11, 5, 12, 6]))  # anchored to two trees
-    core.try_flush_batches()
+    core.handle((*el, [11, 5, 12, 6]))  # anchored to two trees
+    core.outbox.try_flush_batches()
     ((_, _, (r1, e1, r2, e2)),) = sent[topo.component_tasks["sink"][0]]
-    assert (r1, r2) == (11, 12) and e1 == e2 and core.folded_acks == 0
-    assert core._acks_out == [11, 5 ^ e1, 12, 6 ^ e1]
+    assert (r1, r2) == (11, 12) and e1 == e2 and core.ledger.folded_acks == 0
+    assert core.ledger.take_messages() == [(acker, ACK_ACK, [11, 5 ^ e1, 12, 6 ^ e1])]
 
 
 def test_a_spout_emit_to_one_task_sends_no_ack_init_and_its_root_names_the_spout():
     """Implicit init: with acker executors, an emit to one task sends no ACK_INIT; the
     child's edge id is 0 and the root carries IMPLICIT_INIT and the spout's index. An emit
     to two tasks (an all grouping) still sends Storm's init."""
-    from actors._executor import ACK_INIT, IMPLICIT_INIT
+    from actors._acking import ACK_INIT, IMPLICIT_INIT, implicit_init_spout
 
     b = TopologyBuilder()
     b.set_spout("one", _IdSpout(0))
@@ -549,59 +517,22 @@ def test_a_spout_emit_to_one_task_sends_no_ack_init_and_its_root_names_the_spout
     conf = {"topology.producer.batch.size": 1}
     for name in ("one", "two"):
         task = topo.component_tasks[name][0]
-        core = ExecutorCore("t", topo, conf, task, tasks)
+        core = make_executor("t", topo, conf, task, tasks)
         sent: list = []
         core.connect({d: (lambda items, d=d, s=sent: s.append((d, list(items))) or len(items))
                       for d in core.destinations})
-        core.spout_output((1, "k1"), msg_id="m")
+        core.collector.emit((1, "k1"), msg_id="m")
         core.flush_acks()
-        (root,) = core.pending_tuples
+        (root,) = core.ledger.trees
         inits = [it for d, items in sent for it in items if it[0] == ACK_INIT]
         edges = [it[2] for d, items in sent for it in items if it[0] >= 0]
         if name == "one":
-            assert root & IMPLICIT_INIT and core.implicit_init_spout(root) == task
+            assert root & IMPLICIT_INIT and implicit_init_spout(root, topo.spout_tasks) == task
             assert inits == [] and edges == [[root, 0]]
         else:
-            assert not root & IMPLICIT_INIT and core.implicit_init_spout(root) == -1
+            assert not root & IMPLICIT_INIT and implicit_init_spout(root, topo.spout_tasks) == -1
             assert len(edges) == 2 and all(e[1] for e in edges)
             assert inits == [(ACK_INIT, [root, edges[0][1] ^ edges[1][1]])]
-
-
-def test_the_acker_learns_an_implicit_init_tree_from_its_first_ack():
-    """The acker creates an implicit-init tree at its first ack (spout task from the root)
-    and completes it at XOR 0, at once for a one-ack tree; a fail or a reset_timeout of a
-    tree it has not seen yet reaches the spout; a root naming no spout task is counted as
-    bad."""
-    from actors._executor import (
-        ACK_ACK,
-        ACK_FAIL,
-        ACK_RESET,
-        ACKER_ACKED,
-        ACKER_FAILED,
-        ACKER_RESET,
-        IMPLICIT_INIT,
-    )
-
-    topo = _topo().with_ackers(1)  # tasks: sink=1, src=2 (spout index 0), acker=3
-    acker = ExecutorCore("t", topo, CONF, topo.acker_tasks[0], _all_tasks(topo))
-    sent: list = []
-    acker.connect({t: (lambda items, t=t: sent.append((t, list(items))) or len(items))
-                   for t in acker.destinations})
-    r1, r2, r3, r4 = (IMPLICIT_INIT | n for n in (101, 102, 103, 104))
-    acker._system(1, ACK_ACK, [r1, 0])  # a tree of one ack
-    acker._system(1, ACK_ACK, [r2, 99])  # the first of two acks
-    assert r2 in acker._tree and r1 not in acker._tree
-    acker._system(1, ACK_ACK, [r2, 99])
-    acker._system(1, ACK_FAIL, [r3])
-    acker._system(1, ACK_RESET, [r4])
-    assert r4 in acker._tree  # pending now, its spout told to restart the timeout
-    acker._system(1, ACK_ACK, [IMPLICIT_INIT | 5 << 47, 0])  # spout index 5: none
-    acker.flush_acks()
-    acker.try_flush_batches()
-    out = {s: v for t, items in sent for s, v in items}
-    assert {t for t, _ in sent} == {2}
-    assert out == {ACKER_ACKED: [r1, r2], ACKER_FAILED: [r3], ACKER_RESET: [r4]}
-    assert acker.acked == 2 and acker.failed == 1 and acker.bad_frames == 1
 
 
 @pytest.mark.parametrize("in_spouts", [False, True])
@@ -611,21 +542,21 @@ def test_a_bolt_completes_a_one_ack_tree_itself_and_leaves_the_rest_to_the_acker
     the implicit bit, and malformed roots (negative; naming spout index 5 of one spout) go
     to the acker as Storm sends them (it counts the malformed as bad). With the spouts as
     their own ackers the bolt sends every ack to the spout as before."""
-    from actors._executor import ACK_ACK, ACKER_ACKED, IMPLICIT_INIT
+    from actors._acking import ACK_ACK, ACKER_ACKED, IMPLICIT_INIT
 
     core, topo, sent, el = _pass_core(16, in_spouts, name="sink")
     whole = IMPLICIT_INIT | 101  # spout index 0: the only spout
     roots = [(whole, 0), (IMPLICIT_INIT | 102, 77), (555, 0), (-1, 0),
              (IMPLICIT_INIT | 5 << 47 | 103, 0)]
     for root, edge in roots:
-        core._handle((*el, [root, edge]))
+        core.handle((*el, [root, edge]))
     core.flush_acks()
-    core.try_flush_batches()
+    core.outbox.try_flush_batches()
     src = topo.component_tasks["src"][0]
     if in_spouts:  # the spout is the acker: every ack goes to it
-        assert core.completed_trees == 0
+        assert core.ledger.completed_trees == 0
         assert sent == {src: [[ACK_ACK, [x for r in roots for x in r]]]}
         return
-    assert core.completed_trees == 1 and core.acked == 5
+    assert core.ledger.completed_trees == 1 and core.acked == 5
     assert sent == {src: [[ACKER_ACKED, [whole]]],
                     topo.acker_tasks[0]: [[ACK_ACK, [x for r in roots[1:] for x in r]]]}

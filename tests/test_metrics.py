@@ -9,7 +9,7 @@ import urllib.request
 
 import ray
 
-from actors import ExecutorCore
+from actors import ExecutorCore, make_executor
 from actors._metrics import TaskMetrics, backpressure_level
 from tests._util import until
 from tests.components import PassBolt, SeqSpout, StuckBolt
@@ -31,8 +31,8 @@ def test_blocked_spout_is_backpressured_by_its_destination_then_stalled():
     topo = b.create_topology()  # sink = 1, src = 2
     conf = {"topology.executor.receive.buffer.size": 8, "topology.producer.batch.size": 2,
             "topology.batch.flush.interval.millis": 0}
-    spout = ExecutorCore("t", topo, conf, 2, {1: 0, 2: 0})
-    bolt = ExecutorCore("t", topo, conf, 1, {1: 0, 2: 0})  # never started
+    spout = make_executor("t", topo, conf, 2, {1: 0, 2: 0})
+    bolt = make_executor("t", topo, conf, 1, {1: 0, 2: 0})  # never started
     spout.connect({1: ExecutorCore.make_queue_sink(bolt.queue, 2)})
     metrics = TaskMetrics(spout, stall_timeout_s=0.3)
     spout.start()

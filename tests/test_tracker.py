@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from actors import ExecutorCore, decode_status, encode_status
+from actors import decode_status, encode_status, make_executor
 from backpressure import (
     BackPressureStatus,
     BackPressureTracker,
@@ -142,7 +142,7 @@ def _receiver(conf: dict):
     topo = b.create_topology()  # sink = task 1, src = task 2
     base = {"topology.executor.receive.buffer.size": 4, "topology.producer.batch.size": 2,
             "topology.batch.flush.interval.millis": 0}
-    return ExecutorCore("t", topo, {**base, **conf}, 1, {1: 1, 2: 0})
+    return make_executor("t", topo, {**base, **conf}, 1, {1: 1, 2: 0})
 
 
 def _items(start: int, n: int) -> list:
@@ -152,45 +152,46 @@ def _items(start: int, n: int) -> list:
 def test_remote_arrivals_overflow_report_once_then_remind_every_n_per_task():
     core = _receiver({"topology.backpressure.resend.size": 10})
     assert core.remote_upstream == {2}
-    ack, report = core.accept_frame(2, 0, _items(0, 4), remote=True)
+    ack, report = core.inbound.accept_frame(2, 0, _items(0, 4), remote=True)
     assert (ack, report) == (0, None) and core.queue.size() == 4  # fits: nothing to say
-    ack, report = core.accept_frame(2, 1, _items(4, 3), remote=True)
+    ack, report = core.inbound.accept_frame(2, 1, _items(4, 3), remote=True)
     task, backlogged, since, seq, reminder = report
     assert (task, backlogged, reminder) == (1, True, False) and since > 0
     assert core.queue.overflow_count() == 3
     # more overflow: no new report until 10 more tuples have gone to the overflow
-    reports = [core.accept_frame(2, 2 + i, _items(7 + i, 1), remote=True)[1] for i in range(9)]
+    accept = core.inbound.accept_frame
+    reports = [accept(2, 2 + i, _items(7 + i, 1), remote=True)[1] for i in range(9)]
     assert reports == [None] * 9
-    ack, report = core.accept_frame(2, 11, _items(16, 1), remote=True)
+    ack, report = core.inbound.accept_frame(2, 11, _items(16, 1), remote=True)
     assert ack == 11 and report[1] is True and report[4] is True and report[3] > seq
     # the check timer clears the task only once the overflow has drained
-    assert core.check_backpressure() is None
+    assert core.inbound.check_backpressure() is None
     got: list = []
     core.queue.consume(got.append)  # the queue, then the overflow: one upstream's order
     assert [v[0] for _, _, v in got] == list(range(17))
-    report = core.check_backpressure()
-    assert report[:2] == (1, False) and core.check_backpressure() is None
+    report = core.inbound.check_backpressure()
+    assert report[:2] == (1, False) and core.inbound.check_backpressure() is None
 
 
 def test_frames_out_of_order_are_restored_and_duplicates_dropped():
     core = _receiver({})
-    assert core.accept_frame(2, 1, _items(2, 2), remote=True) == (-1, None)  # early: waits
+    assert core.inbound.accept_frame(2, 1, _items(2, 2), remote=True) == (-1, None)  # early: waits
     assert core.queue.size() == 0
-    assert core.accept_frame(2, 0, _items(0, 2), remote=True)[0] == 1  # both now in
-    assert core.accept_frame(2, 0, _items(0, 2), remote=True)[0] == 1  # duplicate
+    assert core.inbound.accept_frame(2, 0, _items(0, 2), remote=True)[0] == 1  # both now in
+    assert core.inbound.accept_frame(2, 0, _items(0, 2), remote=True)[0] == 1  # duplicate
     got: list = []
     core.queue.consume(got.append)
     assert [v[0] for _, _, v in got] == [0, 1, 2, 3]
-    assert core.duplicate_frames == 1 and core.early_frames == 1
+    assert core.inbound.duplicate_frames == 1 and core.inbound.early_frames == 1
     with pytest.raises(ValueError, match="does not consume from task 5"):
-        core.accept_frame(5, 0, _items(0, 1), remote=True)
+        core.inbound.accept_frame(5, 0, _items(0, 1), remote=True)
 
 
 def test_overflow_limit_drops_exactly_and_counts():
     core = _receiver({"topology.executor.overflow.limit": 5})
     sent = 0
     for seq in range(6):
-        core.accept_frame(2, seq, _items(sent, 3), remote=True)
+        core.inbound.accept_frame(2, seq, _items(sent, 3), remote=True)
         sent += 3
     q = core.queue
     assert q.size() == 4 and q.overflow_count() == 5
@@ -221,12 +222,12 @@ def test_a_new_epoch_restarts_the_numbering_and_older_frames_are_stale():
     larger epoch from seq 0: frames held back for the old epoch are dropped (counted), and
     later frames of the old epoch are stale."""
     core = _receiver({"topology.executor.receive.buffer.size": 64})
-    assert core.accept_frame(2, 0, _items(0, 2), True, 0)[0] == 0
-    assert core.accept_frame(2, 2, _items(4, 2), True, 0)[0] == 0  # seq 1 was lost
-    assert core.accept_frame(2, 0, _items(10, 2), True, 5)[0] == 0  # new epoch: in at once
-    assert core.epoch_resets == 1 and core.lost_frames == 1
-    assert core.accept_frame(2, 1, _items(2, 2), True, 0) == (None, None)  # stale
-    assert core.stale_frames == 1
+    assert core.inbound.accept_frame(2, 0, _items(0, 2), True, 0)[0] == 0
+    assert core.inbound.accept_frame(2, 2, _items(4, 2), True, 0)[0] == 0  # seq 1 was lost
+    assert core.inbound.accept_frame(2, 0, _items(10, 2), True, 5)[0] == 0  # new epoch: in at once
+    assert core.inbound.epoch_resets == 1 and core.inbound.lost_frames == 1
+    assert core.inbound.accept_frame(2, 1, _items(2, 2), True, 0) == (None, None)  # stale
+    assert core.inbound.stale_frames == 1
     got: list = []
     core.queue.consume(got.append)
     assert [v[0] for _, _, v in got] == [0, 1, 10, 11]
@@ -234,7 +235,7 @@ def test_a_new_epoch_restarts_the_numbering_and_older_frames_are_stale():
 
 def test_a_restarted_receiver_starts_from_the_first_frame_it_sees():
     core = _receiver({})
-    core.reconstructed = True  # the senders go on numbering where they were
-    assert core.accept_frame(2, 41, _items(0, 1), True, 0)[0] == 41
-    assert core.accept_frame(2, 42, _items(1, 1), True, 0)[0] == 42
-    assert core.early_frames == 0 and core.queue.size() == 2
+    core.inbound.reconstructed = True  # the senders go on numbering where they were
+    assert core.inbound.accept_frame(2, 41, _items(0, 1), True, 0)[0] == 41
+    assert core.inbound.accept_frame(2, 42, _items(1, 1), True, 0)[0] == 42
+    assert core.inbound.early_frames == 0 and core.queue.size() == 2

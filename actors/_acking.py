@@ -1,0 +1,599 @@
+"""Acking as a pure ledger: Storm's XOR tuple trees, with no Ray, no threads and no clock.
+
+Storm's at-least-once algorithm (notes/storm2-internals.md §5): every tuple of a spout
+tuple's tree carries, per root id, a random 63-bit edge id; each edge id is XORed into the
+root's value twice (once when the tuple is emitted, once when it is acked), so the tree is
+complete when the root's value returns to 0. The acker tasks keep those values; a spout
+keeps its pending trees for ``topology.max.spout.pending`` and
+``topology.message.timeout.secs``.
+
+The executor feeds events in and carries out what comes out, in the manner of Dask's
+``worker_state_machine`` (shared/STYLE.md):
+
+* events: :meth:`SpoutLedger.on_spout_emit`, :meth:`BoltLedger.on_emit`,
+  :meth:`BoltLedger.on_ack`, :meth:`BoltLedger.on_fail`,
+  :meth:`BoltLedger.on_reset_timeout`, ``on_system_message`` (an acking message that
+  arrived), ``expire(now)``; ``now`` is always passed in (monotonic seconds);
+* out: acking messages to send (:meth:`take_messages`, ``(dest task, stream, values)``) and
+  user calls to make (:class:`UserCalls`: the spout's ``ack``/``fail`` with each msg id).
+
+Departures from Storm, each cutting acking messages (benchmarks/acking.py counts frames per
+1000 tuples): batched acking values, implicit init (:func:`implicit_init_spout`), ack
+piggybacking (:meth:`BoltLedger.fold_ack`), completion at the bolt
+(:meth:`BoltLedger.on_ack`) and ackers in spouts (``topology.acker.in.spouts``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from enum import IntEnum
+from typing import Any, NamedTuple
+
+
+class SystemStream(IntEnum):
+    """Wire indexes of the system streams (user streams count up from 0).
+
+    One acking message carries many roots: ``ACK_INIT`` and ``ACK_ACK`` values are
+    ``[root, xor, root, xor, ...]`` (``ACK_INIT``'s spout task is the sender), the others
+    ``[root, root, ...]``. :attr:`storm_name` gives Storm's stream id.
+    """
+
+    EOS = -1  #: end of stream (ours: Storm's streams never end)
+    ACK_INIT = -2  #: spout → acker: a new tree and the XOR of its first edges
+    ACK_ACK = -3  #: bolt → acker: a tuple acked (its edge XOR the edges of its children)
+    ACK_FAIL = -4  #: bolt → acker: a tuple failed
+    ACK_RESET_TIMEOUT = -5  #: bolt → acker: restart a tree's timeout
+    ACKER_ACK = -6  #: acker → spout: the tree completed
+    ACKER_FAIL = -7  #: acker → spout: the tree failed
+    ACKER_RESET_TIMEOUT = -8  #: acker → spout: restart the tree's timeout
+
+    @property
+    def storm_name(self) -> str:
+        """Storm's stream id (the acker's answers reuse the ids of the streams it takes)."""
+        return _STORM_NAMES[self]
+
+
+_STORM_NAMES = dict(zip(SystemStream, ["__eos", "__ack_init", "__ack_ack", "__ack_fail",
+                                         "__ack_reset_timeout", "__ack_ack", "__ack_fail",
+                                         "__ack_reset_timeout"], strict=True))
+
+# plain ints for the per-tuple paths and the wire (an IntEnum compares as its int)
+ACK_INIT = int(SystemStream.ACK_INIT)
+ACK_ACK = int(SystemStream.ACK_ACK)
+ACK_FAIL = int(SystemStream.ACK_FAIL)
+ACK_RESET = int(SystemStream.ACK_RESET_TIMEOUT)
+ACKER_ACKED = int(SystemStream.ACKER_ACK)
+ACKER_FAILED = int(SystemStream.ACKER_FAIL)
+ACKER_RESET = int(SystemStream.ACKER_RESET_TIMEOUT)
+
+#: Acking values held before they must leave (the executor also sends them at each flush
+#: and whenever it idles): one message per root made acking cost as much as the data,
+#: benchmarks/acking.py.
+ACK_BATCH_VALUES = 1024
+#: Bit 62 of a root id: the tree's spout sent no ACK_INIT (it emitted to one task, with edge
+#: id 0); bits 47-61 give the spout's index among the topology's spout tasks.
+IMPLICIT_INIT = 1 << 62
+MAX_IMPLICIT_SPOUTS = 1 << 15  # spout tasks an implicit-init root can name (15 bits)
+
+#: Positions in a spout's pending-tree tuple (see SpoutLedger)
+MSG_ID, EMITTED_AT, XOR = 0, 1, 2
+
+#: Errors a malformed acking message raises inside a ledger (counted, never propagated)
+_MALFORMED = (TypeError, IndexError, KeyError, ValueError)
+
+
+class UserCalls(NamedTuple):
+    """A spout's user calls to make: ``ack(msg_id)`` for each of ``acks``, then
+    ``fail(msg_id)`` for each of ``fails`` (Storm's ``ISpout.ack`` / ``fail``)."""
+
+    acks: list
+    fails: list
+
+
+def implicit_init_spout(root: int, spout_tasks: tuple[int, ...]) -> int:
+    """The spout task named by an implicit-init ``root`` (-1 for any other root).
+
+    Storm's spout sends ``__ack_init`` (root, XOR of its edge ids) so the acker learns the
+    tree and its spout task. Here a spout emit to exactly one task (the usual: shuffle,
+    fields, local grouping) sends none: the child's edge id is 0 (the init and the child's
+    own contribution would cancel) and the root carries the spout (:data:`IMPLICIT_INIT`,
+    then the spout's index among ``spout_tasks``). No proper subset of a tree's acks XORs
+    to 0 (each non-zero edge id appears in exactly two acks), so an acker may create the
+    entry at the first ack and complete it at 0.
+
+    Raises:
+        IndexError: the root names no spout task (a malformed root).
+    """
+    if not root & IMPLICIT_INIT:
+        return -1
+    return spout_tasks[(root ^ IMPLICIT_INIT) >> 47]
+
+
+class _Ledger:
+    """The acking values a task holds before they leave, per (destination, stream).
+
+    With one acker (the default for one worker) ``ACK_INIT`` and ``ACK_ACK`` values wait in
+    two plain lists instead (no lookup per tuple).
+    """
+
+    def __init__(self, ackers: Iterable[int], spout_tasks: Iterable[int],
+                 rand: Callable[[int], int]) -> None:
+        self.ackers = tuple(ackers)
+        self.spout_tasks = tuple(spout_tasks)
+        self.rand = rand  # rand(bits): a random int of ``bits`` bits (Random.getrandbits)
+        self.one_acker = self.ackers[0] if len(self.ackers) == 1 else None
+        self._held: dict[tuple[int, int], list] = {}
+        self._inits: list = []
+        self._acks: list = []
+        #: acking values held in all (the executor sends at ACK_BATCH_VALUES)
+        self.held_values = 0
+        self.bad_messages = 0  # malformed acking messages (counted, dropped)
+        self.unknown_acks = 0
+
+    def _hold(self, dest: int, stream: int) -> list:
+        key = (dest, stream)
+        lst = self._held.get(key)
+        if lst is None:
+            lst = self._held[key] = []
+        return lst
+
+    def _to_acker(self, stream: int, root: int, value: int | None = None) -> None:
+        """Hold ``root`` (and ``value``, for ACK_INIT / ACK_ACK) for the acker of ``root``
+        (Storm's fields grouping on the root id)."""
+        if self.one_acker is not None and (stream == ACK_INIT or stream == ACK_ACK):
+            lst = self._inits if stream == ACK_INIT else self._acks
+        else:
+            lst = self._hold(self.ackers[root % len(self.ackers)], stream)
+        if value is None:
+            lst.append(root)
+            self.held_values += 1
+        else:
+            lst += (root, value)
+            self.held_values += 2
+
+    @property
+    def messages_due(self) -> bool:
+        """True once ``ACK_BATCH_VALUES`` acking values are held: send them now."""
+        return self.held_values >= ACK_BATCH_VALUES
+
+    def take_messages(self) -> list[tuple[int, int, list]]:
+        """The acking messages held, as ``(dest task, stream, values)``, and forget them."""
+        if not self.held_values:
+            return []
+        held, self._held, self.held_values = self._held, {}, 0
+        if self._inits:
+            held[(self.one_acker, ACK_INIT)], self._inits = self._inits, []
+        if self._acks:
+            held[(self.one_acker, ACK_ACK)], self._acks = self._acks, []
+        self._take_more(held)
+        return [(d, s, v) for (d, s), v in held.items() if v]
+
+    def _take_more(self, held: dict) -> None:
+        """A subclass adds what it holds elsewhere to ``held``."""
+
+    def fail_roots(self, roots: Iterable[int]) -> None:
+        """Fail the trees ``roots`` (their tuples were dropped: an overflow cap)."""
+        for r in roots:
+            self._to_acker(ACK_FAIL, r)
+
+
+class SpoutLedger(_Ledger):
+    """A spout task's pending trees (Storm's ``pending`` RotatingMap in SpoutExecutor).
+
+    :attr:`trees` maps each pending root id to ``(msg_id, emitted_at)``, or with
+    ``own_trees`` ``(msg_id, emitted_at, xor)`` (read through :data:`MSG_ID`,
+    :data:`EMITTED_AT`, :data:`XOR`): ``emitted_at`` is the emit or last reset time
+    (monotonic s), and the dict is kept oldest first (a reset moves a tree to the end), so
+    :meth:`expire` stops at the first tree still in time. A plain tuple, not a record: one
+    is made per spout tuple, and a record object or a second dict cost the spout stages of
+    benchmarks/acking_stages.py a fifth more.
+
+    Args:
+        task_id: this spout task.
+        ackers: the acker tasks (empty: no acking; with ``own_trees``, the spout tasks).
+        spout_tasks: every spout task of the topology, sorted.
+        own_trees: this spout tracks its own trees' XOR (``topology.acker.in.spouts``).
+        timeout_s: ``topology.message.timeout.secs`` (0: never).
+        rand: ``rand(bits)`` for root and edge ids.
+    """
+
+    def __init__(self, task_id: int, ackers: Iterable[int], spout_tasks: Iterable[int],
+                 own_trees: bool, timeout_s: float, rand: Callable[[int], int]) -> None:
+        super().__init__(ackers, spout_tasks, rand)
+        self.own_trees = own_trees
+        self.timeout_s = timeout_s
+        #: pending trees: root id → (msg_id, emitted_at[, xor]), oldest first
+        self.trees: dict[int, tuple] = {}
+        #: without ackers: msg ids to ack once ``next_tuple`` returns
+        self.acks_due: list = []
+        self.timeouts = 0
+        self.complete_latencies_ms: deque = deque(maxlen=1000)
+        # root = rand(root_bits) * root_mod + own_index (root_mod if that is 0): with acker
+        # executors a plain random 62-bit id (mod 1; bit 62 is IMPLICIT_INIT); in spouts,
+        # root % len(ackers) names this task, so the bolts' acks come straight back here
+        self.own_index = self.ackers.index(task_id) if own_trees else 0
+        self.root_mod = len(self.ackers) if own_trees else 1
+        self.root_bits = 63 - self.root_mod.bit_length() if own_trees else 62
+        #: with acker executors, an emit to one task sends no ACK_INIT: its root is
+        #: IMPLICIT_INIT | spout index << 47 | 47 random bits (None: not such a spout)
+        spouts = self.spout_tasks
+        self.implicit_root = (
+            IMPLICIT_INIT | spouts.index(task_id) << 47
+            if self.ackers and not own_trees and len(spouts) <= MAX_IMPLICIT_SPOUTS
+            else None)
+
+    @property
+    def pending(self) -> int:
+        """Trees in flight (what ``topology.max.spout.pending`` caps)."""
+        return len(self.trees)
+
+    def on_spout_emit(self, msg_id: Any, n_targets: int, now: float) -> list[list[int]] | None:
+        """A spout emit with ``msg_id`` to ``n_targets`` tasks: the anchors of each target's
+        tuple (``[root, edge id]``), or None without ackers (the tuple is untracked and
+        ``msg_id`` is acked once ``next_tuple`` returns, see :meth:`take_acks_due`).
+
+        The tree starts pending at ``now``; the acker gets Storm's ``__ack_init`` (root, XOR
+        of the edge ids) unless the init is implicit or this spout is its own acker.
+        """
+        if self.implicit_root is not None and n_targets == 1:  # the usual: no ACK_INIT
+            root = self.implicit_root | self.rand(47)
+            self.trees[root] = (msg_id, now)
+            return [[root, 0]]
+        if not self.ackers:
+            self.acks_due.append(msg_id)
+            return None
+        rand = self.rand
+        root = rand(self.root_bits) * self.root_mod + self.own_index or self.root_mod
+        xor = 0
+        anchors = []
+        for _ in range(n_targets):
+            e = rand(63) or 1
+            xor ^= e
+            anchors.append([root, e])
+        if not self.own_trees:
+            self.trees[root] = (msg_id, now)
+            self._to_acker(ACK_INIT, root, xor)
+        elif xor:  # no message: the tree's XOR starts here
+            self.trees[root] = (msg_id, now, xor)
+        else:  # emitted to no task: the tree is complete
+            self.acks_due.append(msg_id)
+        return anchors
+
+    def take_acks_due(self) -> list:
+        """Msg ids complete at emit (no ackers, or an emit to no task): ack them now."""
+        due, self.acks_due = self.acks_due, []
+        return due
+
+    def on_system_message(self, src: int, stream: int, values: list,
+                          now: float) -> UserCalls:
+        """An acking message for this spout: the acker's answers (``ACKER_*``), or with
+        ``own_trees`` the bolts' ``ACK_ACK``/``ACK_FAIL``/``ACK_RESET_TIMEOUT``. Unknown
+        roots (timed out, failed) are counted in ``unknown_acks``; a malformed message is
+        counted in ``bad_messages``, keeping what was done before the bad value."""
+        calls = UserCalls([], [])
+        try:
+            if stream == ACKER_ACKED:
+                self._complete(values, now, calls)
+            elif stream == ACKER_FAILED or stream == ACKER_RESET:
+                self._fail_or_reset(values, stream == ACKER_RESET, now, calls)
+            elif self.own_trees and stream == ACK_ACK:
+                self._own_acks(values, now, calls)
+            elif self.own_trees and (stream == ACK_FAIL or stream == ACK_RESET):
+                self._fail_or_reset(values, stream == ACK_RESET, now, calls)
+            else:
+                raise ValueError(f"acking stream {stream} is not for a spout")
+        except _MALFORMED:
+            self.bad_messages += 1
+        return calls
+
+    def _complete(self, roots: list, now: float, calls: UserCalls) -> None:
+        pop, lat, acks = self.trees.pop, self.complete_latencies_ms, calls.acks
+        unknown = 0
+        try:
+            for root in roots:
+                tree = pop(root, None)
+                if tree is None:
+                    unknown += 1
+                    continue
+                lat.append((now - tree[EMITTED_AT]) * 1000.0)
+                acks.append(tree[MSG_ID])
+        finally:  # (a malformed root raises out of the loop: count what was done)
+            self.unknown_acks += unknown
+
+    def _fail_or_reset(self, roots: list, reset: bool, now: float, calls: UserCalls) -> None:
+        """Trees ``roots`` fail now, or with ``reset`` their timeout restarts at ``now``
+        (an unknown root's fail counts in ``unknown_acks``; its reset is ignored)."""
+        trees = self.trees
+        for root in roots:
+            tree = trees.pop(root, None)
+            if tree is None:
+                self.unknown_acks += not reset
+            elif reset:  # re-inserted: now the newest
+                trees[root] = (tree[MSG_ID], now, *tree[XOR:])
+            else:
+                calls.fails.append(tree[MSG_ID])
+
+    def _own_acks(self, values: list, now: float, calls: UserCalls) -> None:
+        """The acker's work for this spout's own trees: ACK_ACK values XOR into the tree's
+        value and complete it at 0."""
+        if len(values) % 2:
+            raise IndexError("ACK_ACK values are [root, xor, ...] pairs")
+        trees = self.trees
+        complete, unknown = [], 0
+        try:
+            for root, v in zip(values[::2], values[1::2], strict=True):
+                tree = trees.get(root)
+                if tree is None:
+                    unknown += 1
+                    continue
+                x = tree[XOR] ^ v
+                if x:
+                    trees[root] = (tree[MSG_ID], tree[EMITTED_AT], x)
+                else:
+                    complete.append(root)
+        finally:  # complete what was done, as the acker's answer would
+            self.unknown_acks += unknown
+            self._complete(complete, now, calls)
+
+    def expire(self, now: float) -> UserCalls:
+        """Fail the trees pending longer than the timeout at ``now`` (Storm's "TIMEOUT")."""
+        calls = UserCalls([], [])
+        if self.timeout_s <= 0:
+            return calls
+        limit, trees = now - self.timeout_s, self.trees
+        while trees:
+            root = next(iter(trees))
+            if trees[root][EMITTED_AT] >= limit:
+                break
+            self.timeouts += 1
+            calls.fails.append(trees.pop(root)[MSG_ID])
+        return calls
+
+
+class BoltLedger(_Ledger):
+    """A bolt task's side of acking: the edge ids of its emits, and its acks and fails.
+
+    Args:
+        ackers: the acker tasks (or the spout tasks, with ``topology.acker.in.spouts``).
+        spout_tasks: every spout task, sorted.
+        ackers_in_spouts: the spouts are the ackers (no completion at the bolt: they need
+            no such shortcut).
+        rand: ``rand(bits)`` for edge ids.
+    """
+
+    def __init__(self, ackers: Iterable[int], spout_tasks: Iterable[int],
+                 ackers_in_spouts: bool, rand: Callable[[int], int]) -> None:
+        super().__init__(ackers, spout_tasks, rand)
+        #: roots of the one-ack trees this bolt completed and has not sent yet, by
+        #: ``root >> 47``: the implicit-init prefix naming the spout
+        self._completed: dict[int, list] = (
+            {(IMPLICIT_INIT | i << 47) >> 47: [] for i in range(len(self.spout_tasks))}
+            if self.ackers and not ackers_in_spouts
+            and len(self.spout_tasks) <= MAX_IMPLICIT_SPOUTS else {})
+        self.folded_acks = 0  # acks carried by a child's edge (ack piggybacking)
+        self.completed_trees = 0  # one-ack trees completed here, told to their spout
+
+    def on_emit(self, anchors: list, n_targets: int) -> list[list[int]]:
+        """An emit anchored to the tracked tuples ``anchors``, to ``n_targets`` tasks: each
+        target's anchors list (``[root, edge, root, edge, ...]``). Each target gets a new
+        edge id per anchor, XORed into that anchor's ``ack_val`` and paired with each of
+        its roots (Storm's ``BoltOutputCollectorImpl.boltEmit``)."""
+        rand = self.rand
+        if len(anchors) == 1 and len(anchors[0].anchors) == 2:  # one root: the usual case
+            a = anchors[0]
+            root = a.anchors[0]
+            out = []
+            for _ in range(n_targets):
+                e = rand(63) or 1
+                a.ack_val ^= e
+                out.append([root, e])
+            return out
+        out = []
+        for _ in range(n_targets):
+            child: dict[int, int] = {}
+            for a in anchors:
+                e = rand(63) or 1
+                a.ack_val ^= e
+                for root in a.anchors[::2]:
+                    child[root] = child.get(root, 0) ^ e
+            out.append([x for kv in child.items() for x in kv])
+        return out
+
+    def fold_ack(self, tup: Any, child_anchors: list) -> None:
+        """Ack piggybacking: ``tup`` (one root) is acked while its child, anchored by
+        ``child_anchors`` (``[root, edge]``), still waits in its batch. ``tup``'s ack value
+        XORs into the child's edge instead of leaving as its own message: the acker sees
+        the same XOR total, one message later. Only the executor knows the child has not
+        left; it must not call this once it has."""
+        child_anchors[1] ^= tup.anchors[1] ^ tup.ack_val
+        self.folded_acks += 1
+
+    def on_ack(self, tup: Any) -> bool:
+        """Storm's ``ack``: each root of the tracked ``tup`` gets ``edge ^ ack_val``
+        (``__ack_ack``). A root's value of 0 with an implicit init completes its whole
+        tree: it is held for its spout (``ACKER_ACKED``) and the acker never hears of it.
+        Returns :attr:`messages_due`."""
+        anchors, v = tup.anchors, tup.ack_val
+        if self.one_acker is not None and len(anchors) == 2:  # the usual case
+            root, x = anchors[0], anchors[1] ^ v
+            if x or not self._complete_tree(root):
+                self._acks += (root, x)
+        else:
+            acks, one = self.ackers, self.one_acker
+            for i in range(0, len(anchors), 2):
+                root, x = anchors[i], anchors[i + 1] ^ v
+                if not x and self._complete_tree(root):
+                    continue
+                lst = self._acks if one is not None else self._hold(
+                    acks[root % len(acks)], ACK_ACK)
+                lst += (root, x)
+        self.held_values += len(anchors)
+        return self.held_values >= ACK_BATCH_VALUES
+
+    def _complete_tree(self, root: int) -> bool:
+        """If ``root`` has an implicit init, its tree is complete: hold it for its spout
+        (True); else False (the acker must see the ack: an explicit init holds its own
+        XOR). The caller adds to ``held_values``."""
+        done = self._completed.get(root >> 47)
+        if done is None:
+            return False
+        done.append(root)
+        self.completed_trees += 1
+        return True
+
+    def _take_more(self, held: dict) -> None:
+        for key, roots in self._completed.items():
+            if roots:
+                held[(implicit_init_spout(key << 47, self.spout_tasks), ACKER_ACKED)] = roots
+                self._completed[key] = []
+
+    def on_fail(self, tup: Any) -> bool:
+        """Storm's ``fail``: every root of ``tup`` fails now (``__ack_fail``). Returns
+        :attr:`messages_due`."""
+        for root in tup.anchors[::2]:
+            self._to_acker(ACK_FAIL, root)
+        return self.messages_due
+
+    def on_reset_timeout(self, tup: Any) -> bool:
+        """Storm's ``resetTimeout`` (``__ack_reset_timeout``). Returns :attr:`messages_due`."""
+        for root in tup.anchors[::2]:
+            self._to_acker(ACK_RESET, root)
+        return self.messages_due
+
+
+class AckerTree:
+    """One tree in an acker's table (Storm's ``Acker`` keeps the same per root)."""
+
+    __slots__ = ("xor", "spout", "started", "failed")
+
+    def __init__(self, xor: int, spout: int, started: float) -> None:
+        self.xor = xor
+        self.spout = spout  # the spout task to answer (-1 until its ACK_INIT arrives)
+        self.started = started  # start or last reset (monotonic s)
+        self.failed = False
+
+
+class AckerLedger(_Ledger):
+    """Storm's ``Acker``: the XOR value of each tree, answered to its spout at 0 or on a
+    fail. Trees are kept oldest first (a reset moves one to the end).
+
+    Args:
+        ackers: the acker tasks.
+        spout_tasks: every spout task, sorted (to read implicit-init roots).
+        timeout_s: ``topology.message.timeout.secs``: trees older are forgotten (their
+            spout times them out itself).
+    """
+
+    def __init__(self, ackers: Iterable[int], spout_tasks: Iterable[int],
+                 timeout_s: float) -> None:
+        super().__init__(ackers, spout_tasks, lambda bits: 0)
+        self.timeout_s = timeout_s
+        self.trees: dict[int, AckerTree] = {}
+        #: trees answered as complete / failed
+        self.acked = 0
+        self.failed = 0
+
+    @property
+    def pending(self) -> int:  # trees in the table
+        return len(self.trees)
+
+    def on_system_message(self, src: int, stream: int, values: list,
+                          now: float) -> UserCalls:
+        """An acking message from task ``src``; the answers to spouts are held (see
+        :meth:`take_messages`). Malformed messages are counted in ``bad_messages``."""
+        try:
+            if stream == ACK_INIT or stream == ACK_ACK:
+                if len(values) % 2:
+                    raise IndexError("ACK_INIT/ACK_ACK values are [root, xor, ...] pairs")
+                pairs = zip(values[::2], values[1::2], strict=True)
+                if stream == ACK_INIT:
+                    if src < 0:
+                        raise TypeError("ACK_INIT from a system task")
+                    self._init(src, pairs, now)
+                else:
+                    self._ack(pairs, now)
+            elif stream == ACK_FAIL:
+                for root in values:
+                    t = self.trees.get(root)
+                    if t is None:
+                        t = self.trees[root] = AckerTree(
+                            0, implicit_init_spout(root, self.spout_tasks), now)
+                    t.failed = True
+                    if t.spout >= 0:
+                        self._done(root, t)
+            elif stream == ACK_RESET:
+                self._reset(values, now)
+            else:
+                raise ValueError(f"acking stream {stream} is not for an acker")
+        except _MALFORMED:
+            self.bad_messages += 1
+        return _NO_CALLS
+
+    def _init(self, src: int, pairs, now: float) -> None:
+        trees = self.trees
+        for root, v in pairs:
+            t = trees.get(root)
+            if t is None:  # the usual: the init comes first
+                t = trees[root] = AckerTree(v ^ 0, src, now)  # (^ 0: an int)
+                if v == 0:  # an emit to no task: complete at once
+                    self._done(root, t)
+                continue
+            t.xor ^= v
+            t.spout = src
+            if t.xor == 0 or t.failed:
+                self._done(root, t)
+
+    def _ack(self, pairs, now: float) -> None:
+        trees, spouts = self.trees, self.spout_tasks
+        for root, v in pairs:
+            t = trees.get(root)
+            if t is None:  # an implicit init, or an ack before the init
+                spout = implicit_init_spout(root, spouts)
+                if v == 0 and spout >= 0:  # a whole tree in one ack: no entry
+                    self._answer(spout, root, False)
+                    continue
+                trees[root] = AckerTree(v ^ 0, spout, now)
+                continue
+            t.xor ^= v
+            if t.xor == 0 and t.spout >= 0:  # (a failed tree with its spout is gone)
+                self._done(root, t)
+
+    def _reset(self, roots: list, now: float) -> None:
+        trees = self.trees
+        for root in roots:
+            t = trees.pop(root, None)
+            if t is None:
+                spout = implicit_init_spout(root, self.spout_tasks)
+                if spout < 0:
+                    continue
+                t = AckerTree(0, spout, now)  # an implicit init: the tree is pending
+            t.started = now
+            trees[root] = t  # now the newest: the dict stays in time order
+            if t.spout >= 0:
+                self._hold(t.spout, ACKER_RESET).append(root)
+                self.held_values += 1
+
+    def _done(self, root: int, t: AckerTree) -> None:
+        del self.trees[root]
+        self._answer(t.spout, root, t.failed)
+
+    def _answer(self, spout: int, root: int, failed: bool) -> None:
+        self.acked += not failed
+        self.failed += failed
+        self._hold(spout, ACKER_FAILED if failed else ACKER_ACKED).append(root)
+        self.held_values += 1
+
+    def expire(self, now: float) -> UserCalls:
+        """Forget trees older than the timeout at ``now`` (their spouts fail them)."""
+        if self.timeout_s > 0:
+            limit, trees = now - self.timeout_s, self.trees
+            while trees:
+                root = next(iter(trees))
+                if trees[root].started >= limit:
+                    break
+                del trees[root]
+        return _NO_CALLS
+
+
+_NO_CALLS = UserCalls((), ())  # type: ignore[arg-type]

@@ -1,0 +1,110 @@
+"""Storm's ``BoltExecutor``: the bolt loop (and the acker's) over
+:class:`actors.ExecutorCore`'s rooms."""
+
+from __future__ import annotations
+
+import time
+
+from actors._collectors import BoltCollector
+from actors._executor import FLUSH, ExecutorCore
+from topology import BatchBolt, Tuple
+
+
+class BoltExecutor(ExecutorCore):
+    """A bolt or acker task (see :class:`ExecutorCore` for the arguments)."""
+
+    def _make_collector(self, routers: dict) -> BoltCollector:
+        # a BatchBolt's inputs gathered in this pass over the queue
+        self._batch_in: list | None = [] if isinstance(self.obj, BatchBolt) else None
+        self._batch_max = (getattr(self.obj, "max_batch_size", None)
+                           or self.outbox.batch_size)
+        return BoltCollector(self.component_id, self.spec.streams, routers, self.outbox,
+                             self.errors, self.flush_acks, self.ledger,
+                             bool(getattr(self.obj, "auto_ack", True)))
+
+    def handle(self, el) -> None:
+        """Process one element of the receive queue: a tuple, an end-of-stream marker, an
+        acking message or a FlushTuple (executor thread)."""
+        if el is FLUSH:
+            self._flush()
+            return
+        src, s, values = el[0], el[1], el[2]
+        if s < 0:
+            self._control(src, s, values)
+            return
+        comp, sid, fields = self.streams[s]
+        tup = Tuple(values, fields, comp, src, sid, el[3] if len(el) > 3 else None)
+        if self._batch_in is not None:
+            self._batch_in.append(tup)
+            if len(self._batch_in) >= self._batch_max:
+                self.run_batch()
+            return
+        col = self.collector
+        col.current = tup
+        timed = self._sample_every and self.executed % self._sample_every == 0
+        if timed:
+            t0 = time.perf_counter()
+        try:
+            self.obj.execute(tup)
+        except Exception as e:  # user code: report, fail the tuple (it replays), go on
+            self.errors.report(e, "execute")
+            col.fail(tup)
+        else:
+            if col.auto_ack and not tup.done:
+                col.ack(tup)
+        finally:
+            col.current = None
+            if timed:
+                self.latency_sum_s += time.perf_counter() - t0
+                self.latency_n += 1
+        self.executed += 1
+
+    def run_batch(self) -> None:
+        """A ``BatchBolt``'s ``execute_batch`` on the inputs gathered so far (executor
+        thread): then every input it left open is acked, or failed if it raised."""
+        batch, self._batch_in = self._batch_in, []
+        if not batch:
+            return
+        col = self.collector
+        t0 = time.perf_counter()
+        try:
+            self.obj.execute_batch(batch)
+        except Exception as e:  # user code: report, fail what it left open, go on
+            self.errors.report(e, "execute_batch")
+            for tup in batch:
+                col.fail(tup)
+        else:
+            if col.auto_ack:
+                for tup in batch:
+                    col.ack(tup)
+        self.latency_sum_s += time.perf_counter() - t0
+        self.latency_n += len(batch)
+        self.executed += len(batch)
+
+    def _loop(self) -> None:
+        q, outbox, handle = self.queue, self.outbox, self.handle
+        pending = outbox.pending_emits
+
+        def keep_running() -> bool:
+            return not pending
+
+        idle = bp_idle = 0
+        is_acker = self.is_acker
+        while not self._stop:
+            self._timers(is_acker)
+            if not pending or outbox.try_flush_pending():
+                bp_idle = 0
+                if q.consume(handle, keep_running):
+                    if self._batch_in:
+                        self.run_batch()
+                    idle = 0
+                    continue
+                if not self.upstream_open and q.size() == 0 and q.is_empty_overflow():
+                    try:
+                        self.obj.finish()
+                    except Exception as e:
+                        self.errors.report(e, "finish")
+                    return
+                idle = self._idle(idle)
+            else:
+                bp_idle = self._bp_idle(bp_idle)

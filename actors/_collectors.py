@@ -1,0 +1,266 @@
+"""The collectors a spout or bolt emits through: routing, anchoring, then the outbox.
+
+Storm's ``SpoutOutputCollectorImpl`` and ``BoltOutputCollectorImpl``: an emit is checked
+against its stream's declaration, routed by the stream's grouping, given its anchors by the
+acking ledger (``actors/_acking.py``) and handed to each target's batch
+(``actors/_outbox.py``). Executor thread only; nothing here blocks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from actors._acking import ACK_BATCH_VALUES, BoltLedger, SpoutLedger
+from actors._errors import ErrorReporter
+from actors._outbox import Outbox
+from actors._routing import StreamRouter
+from topology import DEFAULT_STREAM, EmitError, OutputCollector, SpoutOutputCollector, Tuple
+
+
+class _Emitter:
+    """What both collectors share: the stream check and the send loops."""
+
+    def __init__(self, component_id: str, streams: dict, routers: dict[str, StreamRouter],
+                 outbox: Outbox, errors: ErrorReporter, flush_acks: Callable[[], None]
+                 ) -> None:
+        self._component_id = component_id
+        self._streams = streams  # stream id → declared Fields (for errors)
+        self.routers = routers
+        self._outbox = outbox
+        self._pending = outbox.pending_emits
+        self._inserters = outbox.inserters
+        self._errors = errors
+        self._flush_acks = flush_acks
+        #: tuples emitted (each counted once, whatever its number of targets)
+        self.emitted = 0
+
+    def _router(self, values, stream: str) -> StreamRouter:
+        """The stream's router, after checking the stream is declared and the arity matches.
+
+        Raises:
+            EmitError: naming the component, the stream and its declared fields.
+        """
+        r = self.routers.get(stream)
+        if r is None:
+            raise EmitError(f"component {self._component_id!r} emitted on undeclared stream "
+                            f"{stream!r}; declared: {sorted(self.routers)}")
+        if len(values) != r.arity:
+            raise EmitError(
+                f"component {self._component_id!r} emitted {len(values)} values on stream "
+                f"{stream!r}, which declares {r.arity} fields "
+                f"{self._streams[stream].to_list()}")
+        return r
+
+    def _targets(self, values, stream: str, direct_task: int | None
+                 ) -> tuple[StreamRouter, tuple[int, ...]]:
+        r = self.routers.get(stream)
+        if r is None or len(values) != r.arity:
+            r = self._router(values, stream)  # raises, naming the stream
+        if direct_task is None:
+            targets = r.fixed or r.route(values)
+        else:
+            r.check_direct(direct_task)
+            targets = (direct_task,)
+        self.emitted += 1
+        return r, targets
+
+    def _send(self, targets: tuple[int, ...], msg: tuple) -> tuple[int, ...]:
+        """``msg`` to every target's batch, or to ``pending_emits`` behind earlier emits."""
+        pending = self._pending
+        if pending:
+            for t in targets:
+                pending.append((t, msg))
+        else:
+            inserters = self._inserters
+            for t in targets:
+                if pending or not inserters[t].try_publish(msg):
+                    pending.append((t, msg))
+        return targets
+
+    def _send_anchored(self, targets: tuple[int, ...], index: int, values,
+                       anchors: list[list[int]]) -> tuple[int, ...]:
+        """As :meth:`_send`, each target's message with its own anchors."""
+        pending, inserters = self._pending, self._inserters
+        for t, a in zip(targets, anchors, strict=True):
+            msg = (index, values, a)
+            if pending or not inserters[t].try_publish(msg):
+                pending.append((t, msg))
+        return targets
+
+    def report_error(self, exc: BaseException) -> None:
+        self._errors.report(exc, "report_error")
+
+
+class SpoutCollector(_Emitter, SpoutOutputCollector):
+    """A spout's collector: an emit with a ``msg_id`` starts a tuple tree in the ledger
+    (acked at once without ackers); without one the tuple is untracked."""
+
+    def __init__(self, component_id: str, streams: dict, routers: dict[str, StreamRouter],
+                 outbox: Outbox, errors: ErrorReporter, flush_acks: Callable[[], None],
+                 ledger: SpoutLedger) -> None:
+        super().__init__(component_id, streams, routers, outbox, errors, flush_acks)
+        self._ledger = ledger
+
+    def emit(self, values, stream: str = DEFAULT_STREAM, msg_id: Any = None
+             ) -> tuple[int, ...]:
+        """Storm's ``emit``: returns the target task ids.
+
+        Raises:
+            EmitError: an undeclared stream or a wrong number of values.
+        """
+        r = self.routers.get(stream)
+        if r is None or len(values) != r.arity:
+            r = self._router(values, stream)  # raises, naming the stream
+        targets = r.fixed or r.route(values)
+        self.emitted += 1
+        if msg_id is None:
+            return self._send(targets, (r.index, values))
+        return self._tracked(r.index, values, targets, msg_id)
+
+    def emit_direct(self, task: int, values, stream: str = DEFAULT_STREAM,
+                    msg_id: Any = None) -> None:
+        r, targets = self._targets(values, stream, task)
+        if msg_id is None:
+            self._send(targets, (r.index, values))
+        else:
+            self._tracked(r.index, values, targets, msg_id)
+
+    def _tracked(self, index: int, values, targets: tuple[int, ...], msg_id: Any
+                 ) -> tuple[int, ...]:
+        ledger = self._ledger
+        anchors = ledger.on_spout_emit(msg_id, len(targets), time.monotonic())
+        if anchors is None:  # no ackers: untracked, acked after next_tuple
+            return self._send(targets, (index, values))
+        if ledger.held_values >= ACK_BATCH_VALUES:
+            self._flush_acks()
+        if len(targets) == 1:  # the usual
+            t, msg = targets[0], (index, values, anchors[0])
+            if self._pending or not self._inserters[t].try_publish(msg):
+                self._pending.append((t, msg))
+            return targets
+        return self._send_anchored(targets, index, values, anchors)
+
+
+class BoltCollector(_Emitter, OutputCollector):
+    """A bolt's collector: anchored emits (to the given anchors, or with ``auto_ack`` to
+    the input being executed), and Storm's ``ack``/``fail``/``resetTimeout``.
+
+    Ack piggybacking: the last child of a one-root anchored emit is appended without
+    leaving its batch (``BatchInserter.try_append``), and remembered; if its parent is
+    acked while the child still waits there, the parent's ack folds into the child's edge
+    (``BoltLedger.fold_ack``) and no ack message leaves for it. A batch the child filled
+    leaves then. Without this, each data batch sent one ack frame to the acker
+    (benchmarks/acking.py, frames per 1000 tuples).
+    """
+
+    def __init__(self, component_id: str, streams: dict, routers: dict[str, StreamRouter],
+                 outbox: Outbox, errors: ErrorReporter, flush_acks: Callable[[], None],
+                 ledger: BoltLedger | None, auto_ack: bool) -> None:
+        super().__init__(component_id, streams, routers, outbox, errors, flush_acks)
+        self._ledger = ledger
+        self.auto_ack = auto_ack
+        #: the input being executed (auto-anchoring); set by the executor
+        self.current: Tuple | None = None
+        self.acked = 0
+        self.failed = 0
+        # the last one-root child still in its batch: its parent, its anchors, its
+        # inserter and its position among everything that inserter took
+        self._fold_parent: Tuple | None = None
+        self._fold_anchors: list | None = None
+        self._fold_inserter = None
+        self._fold_at = 0
+
+    def emit(self, values, stream: str = DEFAULT_STREAM, anchors=None) -> tuple[int, ...]:
+        """Storm's ``emit``, anchored to ``anchors`` (a tuple or a list of tuples) when
+        acking is on; with ``auto_ack`` and no anchors, to the input being executed.
+        Returns the target task ids.
+
+        Raises:
+            EmitError: an undeclared stream or a wrong number of values.
+        """
+        r = self.routers.get(stream)
+        if r is None or len(values) != r.arity:
+            r = self._router(values, stream)  # raises, naming the stream
+        targets = r.fixed or r.route(values)
+        self.emitted += 1
+        return self._anchored(r.index, values, targets, anchors)
+
+    def emit_direct(self, task: int, values, stream: str = DEFAULT_STREAM,
+                    anchors=None) -> None:
+        r, targets = self._targets(values, stream, task)
+        self._anchored(r.index, values, targets, anchors)
+
+    def _anchored(self, index: int, values, targets: tuple[int, ...], anchors
+                  ) -> tuple[int, ...]:
+        ledger = self._ledger
+        if ledger is None:
+            return self._send(targets, (index, values))
+        if anchors is None:
+            a = self.current
+            if a is None or not a.anchors or not self.auto_ack:
+                return self._send(targets, (index, values))
+            tracked = (a,)
+        else:
+            if isinstance(anchors, Tuple):
+                anchors = (anchors,)
+            tracked = [a for a in anchors if a is not None and a.anchors]
+            if not tracked:
+                return self._send(targets, (index, values))
+        children = ledger.on_emit(tracked, len(targets))
+        if len(tracked) > 1 or len(tracked[0].anchors) > 2:
+            return self._send_anchored(targets, index, values, children)
+        # one root: the usual case, and the one acks can ride on (see the class docstring)
+        pending, inserters = self._pending, self._inserters
+        last = len(targets) - 1
+        for i, t in enumerate(targets):
+            msg = (index, values, children[i])
+            ins = inserters[t]
+            if i < last:
+                if pending or not ins.try_publish(msg):
+                    pending.append((t, msg))
+            elif pending or not ins.try_append(msg):
+                pending.append((t, msg))
+            else:
+                self._fold_parent = tracked[0]
+                self._fold_anchors = children[i]
+                self._fold_inserter = ins
+                self._fold_at = ins.transferred + len(ins.batch) - 1
+        return targets
+
+    def ack(self, tup: Tuple) -> None:
+        """Storm's ``ack`` (a second ack or fail of ``tup`` is ignored)."""
+        if tup.done:
+            return
+        tup.done = True
+        self.acked += 1
+        ledger = self._ledger
+        if not tup.anchors or ledger is None:
+            return
+        if self._fold_parent is tup:
+            self._fold_parent = None
+            ins = self._fold_inserter
+            # the child cannot have left unless its inserter took items past its position:
+            # batches leave only from this thread
+            if ins.transferred <= self._fold_at:
+                ledger.fold_ack(tup, self._fold_anchors)
+                if len(ins.batch) >= ins.batch_size:  # held for the fold: now it leaves
+                    ins.try_flush()
+                return
+        if ledger.on_ack(tup):
+            self._flush_acks()
+
+    def fail(self, tup: Tuple) -> None:
+        """Storm's ``fail``: the tuple's trees fail now, and their spouts replay them."""
+        if tup.done:
+            return
+        tup.done = True
+        self.failed += 1
+        if tup.anchors and self._ledger is not None and self._ledger.on_fail(tup):
+            self._flush_acks()
+
+    def reset_timeout(self, tup: Tuple) -> None:
+        """Storm's ``resetTimeout``: the tuple's trees time out later."""
+        if tup.anchors and self._ledger is not None and self._ledger.on_reset_timeout(tup):
+            self._flush_acks()

@@ -1,0 +1,241 @@
+"""The receiving side of one task: frames in sender order, into the queue or the overflow.
+
+Ray does not order calls to threaded actors, so each (sender, receiver) pair numbers its
+frames (seq, within an epoch that a restart renews); :meth:`Inbound.accept_frame` puts them
+back in order. Frames from this worker block while the receive queue is full (which holds
+the sender's credit); frames from another worker never block: they go to the overflow
+while the queue is full or the overflow is in use (Storm 2.0's ``transferLocalBatch`` and
+``overflowQ``, seeds/storm2-backpressure-model.txt), and the task's flow-control policy
+decides when to report a backlog to the worker's transfer actor.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from actors._acking import SystemStream
+from actors._errors import LogThrottle
+from backpressure import FlowControlPolicy, JCQueue, QueueInterrupted, Report
+
+logger = logging.getLogger("storm_on_ray.executor")
+
+EOS_STREAM = int(SystemStream.EOS)
+
+
+class _Sender:
+    """Ordering state of one upstream task's frames."""
+
+    __slots__ = ("next_seq", "early", "epoch")
+
+    def __init__(self, next_seq: int, epoch: int) -> None:
+        self.next_seq = next_seq
+        #: frames that arrived before ``next_seq``: seq → items
+        self.early: dict[int, list] = {}
+        self.epoch = epoch
+
+
+class Inbound:
+    """One task's receiving side (any thread: the receive threads and the check timer).
+
+    Args:
+        task_id, component_id: the task (for errors and logs).
+        queue: its receive queue.
+        upstream: every task it consumes from (itself included when it subscribes to
+            itself).
+        back_sources: upstream tasks on a back edge (one closing a cycle): their arrivals
+            are capped at ``back_edge_cap`` even when the overflow is not.
+        back_edge_cap: that cap (tuples in the overflow).
+        acking: tuples dropped at the cap have trees to fail.
+        policy: the task's flow-control policy (admission, reports).
+        log_throttle: limits the drop warnings.
+        ended: True once the task has ended (late frames are then counted and dropped).
+        stopped: True once the task is killed (a blocked insert then raises).
+    """
+
+    def __init__(self, task_id: int, component_id: str, queue: JCQueue,
+                 upstream: Iterable[int], back_sources: Iterable[int], back_edge_cap: int,
+                 acking: bool, policy: FlowControlPolicy, log_throttle: LogThrottle,
+                 ended: Callable[[], bool], stopped: Callable[[], bool]) -> None:
+        self.task_id = task_id
+        self.component_id = component_id
+        self.queue = queue
+        self.upstream = frozenset(upstream)
+        self.back_sources = frozenset(back_sources)
+        self.back_edge_cap = back_edge_cap
+        self._acking = acking
+        self.policy = policy
+        self._log_throttle = log_throttle
+        self._ended = ended
+        self._stopped = stopped
+        self._senders: dict[int, _Sender] = {}
+        self._lock = threading.Lock()  # the policy's receiving state, the dropped roots
+        self._report_seq = time.time_ns()  # above any report of an earlier incarnation
+        #: this instance replaces one that died (Ray re-ran ``__init__``)
+        self.reconstructed = False
+        self.duplicate_frames = 0
+        self.early_frames = 0
+        self.stale_frames = 0
+        self.epoch_resets = 0
+        self.lost_frames = 0
+        #: tuples and acking messages that arrived after this task ended (dropped)
+        self.late_items = 0
+        self.bp_reports = 0
+        #: tuples from other workers the policy did not admit (dropped)
+        self.refused = 0
+        self._dropped_roots: list = []  # trees to fail (tuples dropped at a back edge's cap)
+
+    def _interrupted(self) -> bool:
+        return self._stopped() or self._ended()
+
+    def accept_frame(self, src_task: int, seq: int, items: list, remote: bool,
+                     epoch: int = 0) -> tuple[int | None, tuple | None]:
+        """Take the ``seq``-th decoded batch of ``epoch`` from ``src_task``, in order.
+
+        A frame that arrives early waits (at most the sender's window,
+        ``topology.transfer.max.inflight.batches``) until the frames before it are in; a
+        duplicate is counted and dropped. ``remote`` frames (from another worker) never
+        block; local ones block while the receive queue is full.
+
+        Restarts: a sender that may have lost frames starts a larger ``epoch`` from seq 0;
+        frames held back for the older epoch are dropped (with acking, their trees time out
+        and replay) and later frames of an older epoch are stale. A restarted receiver
+        (``reconstructed``) takes the first frame of an unknown sender as its start.
+
+        Returns:
+            ``(ack, report)``: the highest seq of the current epoch from ``src_task`` now
+            fully inserted (the sender's cumulative acknowledgement; None for a stale
+            frame), and a backpressure report for the transfer actor or None.
+
+        Raises:
+            ValueError: ``src_task`` is not an upstream task of this task.
+            QueueInterrupted: the task was stopped while a local insert waited.
+        """
+        st = self._senders.get(src_task)
+        if st is None:
+            if src_task not in self.upstream and src_task != self.task_id:
+                raise ValueError(f"task {self.task_id} does not consume from task {src_task}")
+            st = self._senders[src_task] = _Sender(seq if self.reconstructed else 0, epoch)
+        if epoch != st.epoch:
+            if epoch < st.epoch:
+                self.stale_frames += 1
+                return None, None
+            self.epoch_resets += 1
+            self.lost_frames += len(st.early)
+            st.next_seq, st.early, st.epoch = 0, {}, epoch
+        expected, early = st.next_seq, st.early
+        if seq < expected or seq in early:
+            self.duplicate_frames += 1
+            return expected - 1, None
+        if seq > expected:
+            early[seq] = items
+            self.early_frames += 1
+            return expected - 1, None
+        report = None
+        while items is not None:
+            if self._ended():
+                # this task has ended: nobody takes from its queue any more, so a wait
+                # would hold the sender for ever (a bolt's late acks of trees its spout
+                # already timed out, an end marker sent again). Acknowledged and counted.
+                self.late_items += len(items)
+            elif remote:
+                r = self.receive_remote_items(src_task, items)
+                if report is None:
+                    report = r
+            else:
+                try:
+                    self.queue.publish_all([(src_task, *it) for it in items],
+                                           self._interrupted)
+                except QueueInterrupted:
+                    if self._stopped():
+                        raise
+                    self.late_items += len(items)  # it ended while we waited
+            expected += 1
+            st.next_seq = expected
+            items = early.pop(expected, None)
+        return expected - 1, report
+
+    def receive_remote_items(self, src_task: int, items: list) -> tuple | None:
+        """Insert a batch that came from another worker; never blocks.
+
+        Into the receive queue while the overflow is empty and there is room, else into
+        the overflow (or dropped and counted beyond ``topology.executor.overflow.limit``,
+        logged at most once per ``topology.error.throttle.interval.secs``).
+
+        Returns:
+            A report for the transfer actor, ``(task, backlogged, since, seq, reminder)``,
+            when the policy says so (see ``FlowControlPolicy.on_remote_arrival``), else None.
+        """
+        q = self.queue
+        elements = [(src_task, *it) for it in items]
+        eos = elements[-1:] if elements and elements[-1][1] == EOS_STREAM else []
+        if eos:  # the end of stream is never dropped, nor refused
+            elements = elements[:-1]
+        dropped = 0
+        if elements and not self.policy.admit(src_task, len(elements)):
+            dropped = len(elements)
+            self.refused += dropped
+            elements = []
+        # a back edge's arrivals are capped even when the overflow is not: a cycle can
+        # generate tuples without bound; beyond the cap they are dropped and counted, and
+        # with acking their trees fail, so the spout replays them
+        limit = self.back_edge_cap if src_task in self.back_sources else None
+        lost: list | None = [] if limit is not None and self._acking else None
+        if elements:
+            _, d = q.publish_remote(elements, limit=limit, dropped_out=lost)
+            dropped += d
+        if eos:
+            q.publish_remote(eos, limit=0)
+        if lost:
+            roots = {r for el in lost if len(el) > 3 for r in el[3][::2]}
+            with self._lock:
+                self._dropped_roots.extend(roots)
+        if dropped and self._log_throttle.allow("dropped"):
+            logger.warning("%s:%d: overflow at its limit (%d): dropped %d tuples (%d so "
+                           "far)", self.component_id, self.task_id, q.overflow_limit,
+                           dropped, q.dropped_messages)
+        in_use = bool(dropped) or not q.is_empty_overflow()
+        if not in_use:
+            return None
+        with self._lock:
+            r = self.policy.on_remote_arrival(q.overflowed_total, in_use, time.time())
+            if r is Report.NONE:
+                return None
+            return self._report(True, r is Report.REMINDER)
+
+    def take_dropped_roots(self) -> list:
+        """Roots of the tuples dropped at a back edge's cap since the last call (their
+        trees must fail)."""
+        if not self._dropped_roots:
+            return []
+        with self._lock:
+            roots, self._dropped_roots = self._dropped_roots, []
+        return roots
+
+    @property
+    def has_dropped_roots(self) -> bool:
+        return bool(self._dropped_roots)
+
+    def check_backpressure(self) -> tuple | None:
+        """The backpressure-check timer's step: a report for the transfer actor when the
+        policy clears the backlog, else None."""
+        with self._lock:
+            if self.policy.on_check():
+                return self._report(False, False)
+        return None
+
+    def current_report(self) -> tuple:
+        """The task's current state as a (non-reminder) report for the transfer actor."""
+        with self._lock:
+            return self._report(self.policy.backlogged, False)
+
+    def _report(self, backlogged: bool, reminder: bool) -> tuple:
+        self._report_seq += 1
+        self.bp_reports += 1
+        if not reminder:
+            logger.info("%s:%d: %s", self.component_id, self.task_id,
+                        "backlogged (overflow in use)" if backlogged else "backlog cleared")
+        return (self.task_id, backlogged, self.policy.backlogged_since, self._report_seq,
+                reminder)

@@ -1,0 +1,124 @@
+"""The sending side of one task: per-destination batches, ``pending_emits`` and the flush.
+
+Storm 2.0's emit path (seeds/storm2-messaging-redesign.txt, notes/storm2-internals.md
+§2-4): each emit goes to its destination's :class:`BatchInserter`
+(``topology.producer.batch.size``); a batch leaves when full, or at the flush that the
+executor thread runs every ``topology.batch.flush.interval.millis`` while something waits
+to leave (Storm's FlushTuple, with no timer thread). A send that fails (the destination is
+full, or its worker names it backlogged) puts the emit into ``pending_emits`` (Storm's
+``pendingEmits``), and so does every later emit until it drains, so nothing is reordered.
+The flush only *tries*; nothing here blocks.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from backpressure import BatchInserter, FlowControlPolicy, WaitStrategy
+
+Sink = Callable[[list], int]
+
+
+class Outbox:
+    """One task's outgoing batches and ``pending_emits`` (executor thread only).
+
+    Args:
+        task_id: the sending task (for errors).
+        batch_size: ``topology.producer.batch.size``.
+        bp_wait: the backpressure wait strategy (for blocking flushes).
+        policy: the task's flow-control policy (the Nagle rule at flush).
+        stopped: polled by blocking flushes; True interrupts them.
+    """
+
+    def __init__(self, task_id: int, batch_size: int, bp_wait: WaitStrategy,
+                 policy: FlowControlPolicy, stopped: Callable[[], bool]) -> None:
+        self.task_id = task_id
+        self.batch_size = batch_size
+        self._bp_wait = bp_wait
+        self._policy = policy
+        self._stopped = stopped
+        #: destination task → its inserter (filled by :meth:`connect`, never replaced)
+        self.inserters: dict[int, BatchInserter] = {}
+        self._inserter_list: list[BatchInserter] = []
+        #: Storm's ``pendingEmits``: ``(dest task, message)`` waiting, in emit order
+        self.pending_emits: deque = deque()
+        self.max_pending_emits = 0
+        #: sends a destination refused (full, or backlogged)
+        self.send_failures = 0
+
+    def connect(self, sinks: dict[int, Sink], destinations: Iterable[int]) -> None:
+        """One inserter per destination task, over ``sinks[task]``.
+
+        Raises:
+            ValueError: a destination task has no sink.
+        """
+        destinations = list(destinations)
+        missing = [t for t in destinations if t not in sinks]
+        if missing:
+            raise ValueError(f"task {self.task_id}: no sink for destination tasks {missing}")
+        for t in destinations:
+            ins = BatchInserter(sinks[t], self.batch_size, self._bp_wait,
+                                self._count_failure, self._stopped)
+            self.inserters[t] = ins
+            self._inserter_list.append(ins)
+
+    def _count_failure(self) -> None:
+        self.send_failures += 1
+
+    def transfer(self, dest: int, msg: tuple) -> None:
+        """Hand ``msg`` to ``dest``'s batch, or to ``pending_emits`` behind earlier waiting
+        emits. Never blocks."""
+        if self.pending_emits or not self.inserters[dest].try_publish(msg):
+            self.pending_emits.append((dest, msg))
+
+    def send_all(self, messages: Iterable[tuple[int, int, list]]) -> None:
+        """Transfer system messages ``(dest, stream, values)`` (acking)."""
+        for dest, stream, values in messages:
+            self.transfer(dest, (stream, values))
+
+    def try_flush_pending(self) -> bool:
+        """Retry ``pending_emits`` in order, stopping at the first failure; True if empty."""
+        p = self.pending_emits
+        if len(p) > self.max_pending_emits:
+            self.max_pending_emits = len(p)
+        inserters = self.inserters
+        while p:
+            dest, msg = p[0]
+            if not inserters[dest].try_publish(msg):
+                return False
+            p.popleft()
+        return True
+
+    def try_flush_batches(self, nagle: bool = False) -> bool:
+        """One non-blocking flush attempt of every partial batch; True if all are empty.
+
+        Args:
+            nagle: the flush timer's path: the policy may hold a partial batch back while
+                an earlier batch to its destination is in flight (see
+                ``FlowControlPolicy.hold_partial_batch``).
+        """
+        ok = True
+        hold = self._policy.hold_partial_batch
+        for ins in self._inserter_list:
+            if not ins.batch:
+                continue
+            if nagle and hold(len(ins.batch), ins.batch_size, ins.sink_busy()):
+                ok = False
+                continue
+            ins.try_flush()
+            if ins.batch:
+                ok = False
+        return ok
+
+    def has_partial(self) -> bool:
+        """True while some destination's batch holds tuples."""
+        return any(ins.batch for ins in self._inserter_list)
+
+    def batched(self) -> int:
+        """Tuples waiting in partial batches."""
+        return sum(len(i.batch) for i in self._inserter_list)
+
+    def transferred(self) -> int:
+        """Tuples handed to destination sinks so far (an estimate from other threads)."""
+        return sum(i.transferred for i in self._inserter_list)

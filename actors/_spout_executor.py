@@ -1,0 +1,136 @@
+"""Storm's ``SpoutExecutor``: the spout loop over :class:`actors.ExecutorCore`'s rooms."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from actors._acking import UserCalls
+from actors._collectors import SpoutCollector
+from actors._executor import FLUSH, ExecutorCore
+
+logger = logging.getLogger("storm_on_ray.executor")
+
+
+class SpoutExecutor(ExecutorCore):
+    """A spout task (see :class:`ExecutorCore` for the arguments)."""
+
+    def _make_collector(self, routers: dict) -> SpoutCollector:
+        self.max_spout_pending = self.conf["topology.max.spout.pending"]
+        return SpoutCollector(self.component_id, self.spec.streams, routers, self.outbox,
+                              self.errors, self.flush_acks, self.ledger)
+
+    def handle(self, el) -> None:
+        """One element of the spout's receive queue: acking messages, flushes (a spout
+        takes no user tuples)."""
+        if el is FLUSH:
+            self._flush()
+        elif el[1] < 0:
+            self._control(el[0], el[1], el[2])
+
+    def _user_calls(self, calls: UserCalls) -> None:
+        """The spout's ``ack``/``fail`` for what the ledger resolved (user code: an
+        exception is reported and the loop goes on)."""
+        for m in calls.acks:
+            self._acked += 1
+            try:
+                self.obj.ack(m)
+            except Exception as e:
+                self.errors.report(e, "ack")
+        for m in calls.fails:
+            self._failed += 1
+            self._fails_since_exhausted = True
+            try:
+                self.obj.fail(m)
+            except Exception as e:
+                self.errors.report(e, "fail")
+
+    def _loop(self) -> None:
+        """Storm's spout loop. The receive queue is checked every
+        ``topology.spout.recvq.skips`` + 1 iterations while ``next_tuple`` emits (as
+        Storm's SpoutExecutor: an empty ``consume`` and a clock read per tuple cost
+        measurably, benchmarks/acking_stages.py), and on the next iteration whenever the
+        spout cannot emit (pending emits held by backpressure, ``max.spout.pending``
+        reached, idle, throttled by the policy), so acks drain at once when they are what
+        the spout waits for. ``StopIteration`` ends the stream once no tree is pending; a
+        fail after it calls ``next_tuple`` again, so the spout can replay."""
+        q, spout, ledger, outbox = self.queue, self.obj, self.ledger, self.outbox
+        pending, trees = outbox.pending_emits, ledger.trees
+        acking = bool(ledger.ackers)
+        skips = self.conf["topology.spout.recvq.skips"]
+        max_pending = self.max_spout_pending if acking else None
+        policy = self.policy
+        throttles = policy.throttles_spout
+        handle, col = self.handle, self.collector
+        counter = skips  # check the queue on the first iteration
+        idle = bp_idle = 0
+        exhausted = False
+        calls, sample = 0, self._sample_every
+        while not self._stop:
+            recv = 0
+            if counter >= skips:
+                recv = q.consume(handle)
+                counter = 0
+                self._timers(acking)
+            else:
+                counter += 1
+            if pending and not outbox.try_flush_pending():
+                counter = skips
+                if recv <= 1:
+                    bp_idle = self._bp_idle(bp_idle)
+                continue
+            bp_idle = 0
+            if exhausted:
+                # a fail first: it may have emptied the pending trees, and its item must be
+                # replayed before the stream can end
+                counter = skips
+                if self._fails_since_exhausted:
+                    exhausted = False
+                elif not trees:
+                    return
+                else:
+                    idle = self._idle(idle) if recv <= 1 else 0
+                    continue
+            if self._want_active is not self.active:
+                self._apply_active()
+            if (not self.active or (max_pending is not None and len(trees) >= max_pending)
+                    or (throttles and policy.spout_delay(time.monotonic()) > 0)):
+                counter = skips
+                idle = self._idle(idle) if recv <= 1 else 0
+                continue
+            before = col.emitted
+            calls += 1
+            timed = sample and calls % sample == 0
+            if timed:
+                t0 = time.perf_counter()
+            try:
+                spout.next_tuple()
+            except StopIteration:
+                self._user_calls(UserCalls(ledger.take_acks_due(), []))
+                if not trees:
+                    return
+                exhausted = True
+                self._fails_since_exhausted = False
+                continue
+            except Exception as e:
+                self.errors.report(e, "next_tuple")
+            if timed:
+                self.latency_sum_s += time.perf_counter() - t0
+                self.latency_n += 1
+            if ledger.acks_due:  # without ackers a tuple is acked once next_tuple returns
+                self._user_calls(UserCalls(ledger.take_acks_due(), []))
+            if col.emitted == before and recv <= 1:
+                counter = skips
+                idle = self._idle(idle)
+            else:
+                idle = 0
+
+    def _apply_active(self) -> None:
+        active = self._want_active
+        try:
+            self.obj.activate() if active else self.obj.deactivate()
+        except Exception as e:
+            self.errors.report(e, "activate" if active else "deactivate")
+        self.active = active
+        logger.info("%s:%d: %s", self.component_id, self.task_id,
+                    "activated" if active else "deactivated")

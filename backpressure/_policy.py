@@ -1,0 +1,229 @@
+"""The flow-control policy interface, and Storm 2.0's per-task model behind it.
+
+One :class:`FlowControlPolicy` per task makes that task's flow-control decisions, as pure
+functions of what it is told (queue fills, statuses from other workers, send outcomes,
+timer ticks); the executor (``actors/``) carries them out. The runtime's credits (at most
+``topology.transfer.max.inflight.batches`` unfinished sends per (sender, receiver)) and
+bounded queues sit under every policy and bound memory whatever it decides.
+
+The hooks, by side:
+
+* **sending**: :meth:`~FlowControlPolicy.may_send` (a send to a task; Storm 2.0: refused
+  while that task's worker names it backlogged), :meth:`~FlowControlPolicy.on_status`
+  (a :class:`BackPressureStatus` from another worker),
+  :meth:`~FlowControlPolicy.hold_partial_batch` (the flush's Nagle rule),
+  :meth:`~FlowControlPolicy.credits` (the in-flight window per destination, the hook for
+  Flink's time-targeted sizing), and the spout's throttle,
+  :attr:`~FlowControlPolicy.throttles_spout` / :meth:`~FlowControlPolicy.spout_delay`
+  (STORM-886's watermarks, the NAK blog's adaptive rate);
+* **receiving**: :meth:`~FlowControlPolicy.admit` (take arrivals from another worker, or
+  drop them: shedding and byte bounds), :meth:`~FlowControlPolicy.on_remote_arrival`
+  (the overflow in use: report a backlog, or a reminder), :meth:`~FlowControlPolicy.on_check`
+  (the backpressure-check timer).
+
+Thread-safety: none. The receiving hooks are called under the executor's inbound lock, the
+sending hooks from the executor thread (:meth:`on_status` from the control thread: a flag
+per task, one dict entry each, atomic under the GIL).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+
+from backpressure._tracker import (
+    BackPressureStatus,
+    BackPressureTracker,
+    OverflowQueue,
+    RemoteBackPressure,
+)
+
+
+class Report(enum.Enum):
+    """What the receiving side must tell its worker's transfer actor after an arrival."""
+
+    NONE = 0  #: nothing changed
+    BACKLOGGED = 1  #: the task just became backlogged (Storm: a new BackPressureStatus)
+    REMINDER = 2  #: still backlogged: tell again, in case a status was lost (STORM-3510:
+    #: counted per task)
+
+
+class FlowControlPolicy:
+    """One task's flow-control decisions (``topology.backpressure.policy``).
+
+    Subclasses override the hooks they use; the defaults never hold, never refuse and
+    never throttle. Times are monotonic seconds unless named otherwise.
+
+    Args:
+        task_id: the task whose decisions these are.
+        queue: its receive queue (anything with ``is_empty_overflow()``).
+        worker: its worker index.
+        credits: ``topology.transfer.max.inflight.batches``.
+    """
+
+    #: the config value naming this policy
+    name = "none"
+    #: True if :meth:`spout_delay` may ever hold a spout (the loop asks only then)
+    throttles_spout = False
+
+    def __init__(self, task_id: int, queue: OverflowQueue, worker: int = 0,
+                 credits: int = 2) -> None:
+        self.task_id = task_id
+        self.worker = worker
+        self._credits = credits
+        #: sends refused by :meth:`may_send`
+        self.refusals = 0
+
+    # -- sending side -----------------------------------------------------------------
+    def may_send(self, dest: int) -> bool:
+        """May a batch be offered to task ``dest`` (in another worker) now? A refusal puts
+        the emit into ``pending_emits``; never blocks."""
+        return True
+
+    def on_status(self, status: BackPressureStatus, now_wall: float | None = None
+                  ) -> list[int]:
+        """Apply another worker's status; returns the tasks that became backlogged here.
+        ``now_wall`` is wall-clock seconds (the status's ``since`` is too)."""
+        return []
+
+    def hold_partial_batch(self, fill: int, batch_size: int, in_flight: bool) -> bool:
+        """At a flush: keep a partial batch of ``fill`` tuples back? ``in_flight``: an
+        earlier batch to the same destination is not yet acknowledged."""
+        return False
+
+    def credits(self, dest: int) -> int:
+        """Batches that may be in flight to ``dest`` (sent, not yet acknowledged)."""
+        return self._credits
+
+    def spout_delay(self, now: float) -> float:
+        """Seconds the spout must wait before its next ``next_tuple`` (0: go). Asked only
+        when :attr:`throttles_spout`."""
+        return 0.0
+
+    def backlogged_remote(self) -> list[int]:
+        """Tasks in other workers this task holds its sends to."""
+        return []
+
+    # -- receiving side ---------------------------------------------------------------
+    def admit(self, src: int, n: int) -> bool:
+        """Take ``n`` tuples from task ``src`` (another worker) by the queue's rule (queue,
+        else overflow), or drop them (False: counted by the caller)?"""
+        return True
+
+    def on_remote_arrival(self, overflowed_total: int, overflow_in_use: bool,
+                          now_wall: float) -> Report:
+        """After arrivals from another worker: ``overflowed_total`` tuples have gone to this
+        task's overflow so far, which is in use now or not."""
+        return Report.NONE
+
+    def on_check(self) -> bool:
+        """The backpressure-check timer: True if this task's backlog just cleared."""
+        return False
+
+    @property
+    def backlogged(self) -> bool:
+        """This task is backlogged (its senders in other workers hold)."""
+        return False
+
+    @property
+    def backlogged_since(self) -> float:
+        """When the current backlog started (wall-clock s), 0.0 if none."""
+        return 0.0
+
+
+class Storm2Policy(FlowControlPolicy):
+    """Storm 2.0's per-task backpressure (seeds/storm2-backpressure-model.txt §2).
+
+    Receiving: a task is backlogged from the first arrival from another worker that goes to
+    its overflow until the check timer finds the overflow drained
+    (:class:`BackPressureTracker`); a reminder every ``resend_size`` overflowed tuples.
+    Sending: a send to a task its worker names backlogged is refused
+    (:class:`RemoteBackPressure`, per task, never global); the halt-lag (backlog start to
+    status applied) is kept for the stats. Nagle's rule at flush: a partial batch waits
+    while an earlier one to its destination is in flight, so under load batches fill
+    instead of leaving as a stream of small actor calls (benchmarks/throughput.py).
+
+    Args:
+        resend_size: ``topology.backpressure.resend.size``.
+        (others as :class:`FlowControlPolicy`)
+    """
+
+    name = "storm2"
+
+    def __init__(self, task_id: int, queue: OverflowQueue, worker: int = 0,
+                 credits: int = 2, resend_size: int = 1000) -> None:
+        super().__init__(task_id, queue, worker, credits)
+        self._tracker = BackPressureTracker(worker, {task_id: queue})
+        self._remote = RemoteBackPressure()
+        self._resend_size = resend_size
+        #: halt-lags seen (s): a remote task's backlog start to its status applied here
+        self.halt_lags_s: deque = deque(maxlen=1000)
+
+    def may_send(self, dest: int) -> bool:
+        if self._remote.is_backlogged(dest):
+            self.refusals += 1
+            return False
+        return True
+
+    def on_status(self, status: BackPressureStatus, now_wall: float | None = None
+                  ) -> list[int]:
+        res = self._remote.apply(status, now_wall)
+        if res is None:  # stale
+            return []
+        newly, lags = res
+        self.halt_lags_s.extend(lags)
+        return newly
+
+    def hold_partial_batch(self, fill: int, batch_size: int, in_flight: bool) -> bool:
+        return in_flight and fill < batch_size  # (a full batch never waits)
+
+    def backlogged_remote(self) -> list[int]:
+        return self._remote.backlogged()
+
+    def on_remote_arrival(self, overflowed_total: int, overflow_in_use: bool,
+                          now_wall: float) -> Report:
+        if not overflow_in_use:
+            return Report.NONE
+        tr, task = self._tracker, self.task_id
+        if tr.record_back_pressure(task, now_wall):
+            tr.set_last_overflow_count(task, overflowed_total)
+            return Report.BACKLOGGED
+        if overflowed_total - tr.get_last_overflow_count(task) >= self._resend_size:
+            tr.set_last_overflow_count(task, overflowed_total)
+            return Report.REMINDER
+        return Report.NONE
+
+    def on_check(self) -> bool:
+        return self._tracker.refresh_bp_task_list()
+
+    @property
+    def backlogged(self) -> bool:
+        return self._tracker.is_backpressured(self.task_id)
+
+    @property
+    def backlogged_since(self) -> float:
+        return self._tracker.since(self.task_id)
+
+
+#: ``topology.backpressure.policy`` values → policy classes
+POLICIES: dict[str, type[FlowControlPolicy]] = {"storm2": Storm2Policy}
+
+
+def make_policy(conf: dict, task_id: int, queue: OverflowQueue,
+                worker: int = 0) -> FlowControlPolicy:
+    """The policy ``conf`` names for ``task_id`` (Storm 2.0's while the config has no
+    ``topology.backpressure.policy`` key).
+
+    Raises:
+        ValueError: an unknown policy name, listing the known ones.
+    """
+    name = conf.get("topology.backpressure.policy", "storm2")
+    cls = POLICIES.get(name)
+    if cls is None:
+        raise ValueError(f"unknown topology.backpressure.policy {name!r}; known: "
+                         f"{sorted(POLICIES)}")
+    credits = conf.get("topology.transfer.max.inflight.batches", 2)
+    if cls is Storm2Policy:
+        return Storm2Policy(task_id, queue, worker, credits,
+                            conf.get("topology.backpressure.resend.size", 1000))
+    return cls(task_id, queue, worker, credits)
