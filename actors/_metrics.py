@@ -116,7 +116,7 @@ class TaskMetrics:
         return {"idle": c.idle_wait_s, "bp": c.backpressure_wait_s,
                 "held": dict(c.held_by_s), "lat_s": c.latency_sum_s, "lat_n": c.latency_n,
                 "executed": c.executed, "emitted": c.emitted, "acked": c.acked,
-                "failed": c.failed, "transferred": c.transferred()}
+                "failed": c.failed, "transferred": c.outbox.transferred()}
 
     def sample(self) -> dict:
         """Close the interval since the last sample; returns (and keeps in ``last``) the
