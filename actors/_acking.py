@@ -186,8 +186,8 @@ class SpoutLedger(_Ledger):
     :data:`EMITTED_AT`, :data:`XOR`): ``emitted_at`` is the emit or last reset time
     (monotonic s), and the dict is kept oldest first (a reset moves a tree to the end), so
     :meth:`expire` stops at the first tree still in time. A plain tuple, not a record: one
-    is made per spout tuple, and a record object or a second dict cost the spout stages of
-    benchmarks/acking_stages.py a fifth more.
+    is made per spout tuple, where a record object or a second dict was measurably slower
+    (benchmarks/acking_stages.py, spout stages).
 
     Args:
         task_id: this spout task.
