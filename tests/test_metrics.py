@@ -37,7 +37,7 @@ def test_blocked_spout_is_backpressured_by_its_destination_then_stalled():
     metrics = TaskMetrics(spout, stall_timeout_s=0.3)
     spout.start()
     try:
-        until(lambda: spout.pending, 10)
+        until(lambda: spout.outbox.pending_emits, 10)
         metrics.sample()
         time.sleep(0.4)
         snap = metrics.sample()
