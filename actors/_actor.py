@@ -26,6 +26,7 @@ from actors._codec import FrameError, decode_batch, decode_status, encode_batch,
 from actors._executor import EOS_STREAM, ExecutorCore, make_executor
 from actors._gc import freeze_startup_objects, tune_gc
 from actors._metrics import RayMetricsExport, TaskMetrics
+from actors._stats import TaskStats
 from actors._store import StoredTopology
 from actors._transfer import FRAME_LOST, executor_name, transfer_name
 from backpressure import BackPressureStatus
@@ -317,15 +318,15 @@ class ExecutorActor:
         level = "OK"
         while not core._stop:
             time.sleep(period)
-            snap = self._metrics.sample()
-            if snap["backpressure_level"] != level:
-                level = snap["backpressure_level"]
+            m = self._metrics.sample()
+            if m.backpressure_level != level:
+                level = m.backpressure_level
                 logger.info("%s:%d: backpressure %s (%.0f ms/s held%s)", core.component_id,
-                            core.task_id, level, snap["backpressured_time_ms_per_second"],
-                            f", by task {snap['backpressure_cause']}"
-                            if snap["backpressure_cause"] is not None else "")
+                            core.task_id, level, m.backpressured_time_ms_per_second,
+                            f", by task {m.backpressure_cause}"
+                            if m.backpressure_cause is not None else "")
             if export is not None:
-                export.record(snap)
+                export.record(core.stats(m))
             if core.done.is_set():
                 return
 
@@ -410,15 +411,11 @@ class ExecutorActor:
                            core.task_id, n, e)
 
     @ray.method(concurrency_group="control")
-    def stats(self) -> dict:
-        s = self.core.stats()
-        s["inflight_batches"] = sum(x.outstanding() for x in self._sinks)
-        s["sent_batches"] = sum(x.sent_batches for x in self._sinks)
-        s["sent_batches_to"] = {x.dest: x.sent_batches for x in self._sinks}
-        s["sink_resets"] = sum(x.resets for x in self._sinks)
+    def stats(self) -> TaskStats:
+        """This task's :class:`actors._stats.TaskStats`, with its last closed metrics
+        interval and its sinks' figures (answered on the control group, even under load)."""
         m = getattr(self, "_metrics", None)
-        s["metrics"] = dict(m.last) if m is not None else {}
-        return s
+        return self.core.stats(m.last if m is not None else None).with_sinks(self._sinks)
 
     @ray.method(concurrency_group="control")
     def collected(self) -> list:

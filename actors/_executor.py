@@ -40,9 +40,9 @@ from actors._acking import (
 )
 from actors._errors import ErrorReporter, LogThrottle
 from actors._inbound import Inbound
-from actors._metrics import task_stats
 from actors._outbox import Outbox, Sink
 from actors._routing import build_routers, stream_table, task_links
+from actors._stats import IntervalMetrics, TaskStats, task_stats
 from backpressure import BackPressureStatus, JCQueue, make_policy, make_wait_strategy
 from topology import ACKER_ID, StormTopology, TopologyContext, effective_batch_size, make_config
 
@@ -392,10 +392,10 @@ class ExecutorCore:
         except Exception as e:
             self.errors.report(e, "close" if self.is_spout else "cleanup")
 
-    def stats(self) -> dict:
-        """Counters, queue metrics, backpressure and errors of this task (plain dict, the
-        fields of ``cluster.TaskStats``; see ``actors/_metrics.task_stats``)."""
-        return task_stats(self)
+    def stats(self, interval: IntervalMetrics | None = None) -> TaskStats:
+        """This task's :class:`actors._stats.TaskStats` (counters, queue, backpressure,
+        errors), with the fields of metrics ``interval`` when given. Any thread."""
+        return task_stats(self, interval)
 
 
 def make_executor(topology_name: str, topology: StormTopology, conf: dict, task_id: int,

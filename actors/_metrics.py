@@ -19,6 +19,8 @@ import logging
 import time
 from typing import Any
 
+from actors._stats import IntervalMetrics, TaskStats
+
 logger = logging.getLogger("storm_on_ray.metrics")
 
 #: Flink's thresholds on the backpressured fraction of time.
@@ -62,6 +64,8 @@ _COUNTERS = {
     "dropped_messages": "Tuples dropped at topology.executor.overflow.limit.",
 }
 _TAGS = ("topology", "component", "task")
+#: gauges whose TaskStats field has another name
+_FIELD = {"queue_overflow": "overflow"}
 
 
 class RayMetricsExport:
@@ -79,17 +83,19 @@ class RayMetricsExport:
                          for k, d in _COUNTERS.items()}
         self._last: dict[str, float] = {k: 0 for k in _COUNTERS}
 
-    def record(self, snap: dict) -> None:
-        """Set every gauge from a :meth:`TaskMetrics.sample` snapshot; counters grow by
-        the change of their cumulative value."""
+    def record(self, stats: TaskStats) -> None:
+        """Set every gauge from ``stats`` (gauges of a metrics interval are left alone
+        until the task has closed one); counters grow by the change of their cumulative
+        value."""
         for k, g in self.gauges.items():
-            v = snap[k]
-            g.set(float(BP_LEVELS.index(v) if k == "backpressure_level" else v))
+            v = getattr(stats, _FIELD.get(k, k))
+            if v is not None:
+                g.set(float(BP_LEVELS.index(v) if k == "backpressure_level" else v))
         for k, c in self.counters.items():
-            d = snap[k] - self._last[k]
-            if d > 0:
-                c.inc(d)
-            self._last[k] = snap[k]
+            v = getattr(stats, k)
+            if v > self._last[k]:
+                c.inc(v - self._last[k])
+            self._last[k] = v
 
 
 class TaskMetrics:
@@ -109,18 +115,19 @@ class TaskMetrics:
         self._prev = self._cumulative()
         self._stalled_since: float | None = None
         self._stall_logged = False
-        self.last: dict = self._snapshot(0.0, self._prev, self._prev, self._t)
+        #: the last closed interval (None until the first: no rate or fraction is known)
+        self.last: IntervalMetrics | None = None
 
     def _cumulative(self) -> dict:
         c = self.core
         return {"idle": c.idle_wait_s, "bp": c.backpressure_wait_s,
                 "held": dict(c.held_by_s), "lat_s": c.latency_sum_s, "lat_n": c.latency_n,
                 "executed": c.executed, "emitted": c.emitted, "acked": c.acked,
-                "failed": c.failed, "transferred": c.outbox.transferred()}
+                "failed": c.failed}
 
-    def sample(self) -> dict:
-        """Close the interval since the last sample; returns (and keeps in ``last``) the
-        snapshot: cumulative counters, per-second rates, levels and the stall state."""
+    def sample(self) -> IntervalMetrics:
+        """Close the interval since the last sample; returns (and keeps in ``last``) its
+        rates, time split, backpressure level and the stall state."""
         now = time.monotonic()
         cur = self._cumulative()
         dt = max(now - self._t, 1e-6)
@@ -128,20 +135,17 @@ class TaskMetrics:
         self._t, self._prev, self.last = now, cur, snap
         return snap
 
-    def _snapshot(self, dt: float, prev: dict, cur: dict, now: float) -> dict:
+    def _snapshot(self, dt: float, prev: dict, cur: dict, now: float) -> IntervalMetrics:
         core = self.core
         q = core.queue.metrics()
-        if dt > 0:
-            idle = min(1000.0, (cur["idle"] - prev["idle"]) / dt * 1000.0)
-            bp = min(1000.0 - idle, (cur["bp"] - prev["bp"]) / dt * 1000.0)
-        else:
-            idle = bp = 0.0
+        idle = min(1000.0, (cur["idle"] - prev["idle"]) / dt * 1000.0)
+        bp = min(1000.0 - idle, (cur["bp"] - prev["bp"]) / dt * 1000.0)
         busy = max(0.0, 1000.0 - idle - bp)
         n = cur["lat_n"] - prev["lat_n"]
         lat_ms = (cur["lat_s"] - prev["lat_s"]) / n * 1000.0 if n else 0.0
         executed = cur["executed"] - prev["executed"]
         work = executed if not core.is_spout else cur["emitted"] - prev["emitted"]
-        capacity = min(1.0, work * lat_ms / 1000.0 / dt) if dt > 0 else 0.0
+        capacity = min(1.0, work * lat_ms / 1000.0 / dt)
         held = {t: s - prev["held"].get(t, 0.0) for t, s in cur["held"].items()}
         held = {t: s for t, s in held.items() if s > 0}
         cause = max(held, key=held.get) if held else None
@@ -150,15 +154,14 @@ class TaskMetrics:
         waiting = q.population + q.overflow + len(core.outbox.pending_emits)
         progressed = (executed or cur["emitted"] != prev["emitted"]
                       or cur["acked"] != prev["acked"] or cur["failed"] != prev["failed"])
-        if dt > 0:
-            if waiting and not progressed and core.state in ("running", "ending"):
-                if self._stalled_since is None:
-                    self._stalled_since = now - dt
-            else:
-                if self._stall_logged:
-                    logger.warning("%s:%d: progress again after a stall", core.component_id,
-                                   core.task_id)
-                self._stalled_since, self._stall_logged = None, False
+        if waiting and not progressed and core.state in ("running", "ending"):
+            if self._stalled_since is None:
+                self._stalled_since = now - dt
+        else:
+            if self._stall_logged:
+                logger.warning("%s:%d: progress again after a stall", core.component_id,
+                               core.task_id)
+            self._stalled_since, self._stall_logged = None, False
         stalled = now - self._stalled_since if self._stalled_since is not None else 0.0
         if stalled >= self.stall_timeout_s and not self._stall_logged:
             self._stall_logged = True
@@ -167,75 +170,10 @@ class TaskMetrics:
                            core.component_id, core.task_id, stalled, waiting, q.population,
                            q.overflow, len(core.outbox.pending_emits),
                            f"task {cause}" if cause is not None else "nothing downstream")
-        return {
-            "interval_s": dt,
-            "queue_population": q.population, "queue_capacity": q.capacity,
-            "queue_pct_full": q.pct_full, "queue_overflow": q.overflow,
-            "queue_arrival_rate_secs": q.arrival_rate_secs,
-            "queue_sojourn_time_ms": q.sojourn_time_ms,
-            "insert_failures": q.insert_failures, "dropped_messages": q.dropped_messages,
-            "emitted": cur["emitted"], "transferred": cur["transferred"],
-            "executed": cur["executed"], "acked": cur["acked"], "failed": cur["failed"],
-            "executed_per_s": executed / dt if dt > 0 else 0.0,
-            "emitted_per_s": (cur["emitted"] - prev["emitted"]) / dt if dt > 0 else 0.0,
-            "execute_latency_ms": lat_ms, "capacity": capacity,
-            "busy_time_ms_per_second": busy, "idle_time_ms_per_second": idle,
-            "backpressured_time_ms_per_second": bp,
-            "backpressure_level": backpressure_level(bp),
-            "backpressure_cause": cause,
-            "backlogged": int(core.policy.backlogged),
-            "stalled_seconds": stalled,
-            "stalled": stalled >= self.stall_timeout_s,
-        }
-
-
-def _spout_progress(core: Any) -> int | None:
-    """The spout's ``progress()`` (None for a bolt, before ``open``, or when it raises:
-    reported, never failing a stats call)."""
-    if not core.is_spout or not core.started_at:
-        return None
-    try:
-        p = core.obj.progress()
-        return None if p is None else int(p)
-    except Exception as e:
-        core.errors.report(e, "progress")
-        return None
-
-
-def task_stats(core: Any) -> dict:
-    """One task's counters, queue metrics, backpressure and errors, read from the
-    executor's rooms (any thread; plain dict, the fields of ``cluster.TaskStats``)."""
-    ledger, out, inb, policy, col = (core.ledger, core.outbox, core.inbound, core.policy,
-                                     core.collector)
-    end = core.finished_at or time.time()
-    return {
-        "component": core.component_id, "task": core.task_id, "active": core.active,
-        "worker": core.context.worker_index, "state": core.state,
-        "emitted": col.emitted, "executed": core.executed,
-        "acked": core.acked, "failed": core.failed,
-        "timeouts": getattr(ledger, "timeouts", 0),
-        "pending_tuples": getattr(ledger, "pending", 0),
-        "unknown_acks": getattr(ledger, "unknown_acks", 0),
-        "folded_acks": getattr(ledger, "folded_acks", 0),
-        "completed_trees": getattr(ledger, "completed_trees", 0),
-        "complete_latencies_ms": list(getattr(ledger, "complete_latencies_ms", ())),
-        "queue": core.queue.metrics().to_dict(), "pending_emits": len(out.pending_emits),
-        "max_pending_emits": out.max_pending_emits, "batched": out.batched(),
-        "send_failures": out.send_failures,
-        "backpressure_wait_ms": core.backpressure_wait_s * 1000.0,
-        "idle_wait_ms": core.idle_wait_s * 1000.0,
-        "bad_frames": core.bad_frames,
-        "duplicate_frames": inb.duplicate_frames, "early_frames": inb.early_frames,
-        "stale_frames": inb.stale_frames, "epoch_resets": inb.epoch_resets,
-        "lost_frames": inb.lost_frames, "late_items": inb.late_items,
-        "reconstructed": inb.reconstructed,
-        "backlogged": policy.backlogged, "backpressure_policy": policy.name,
-        "overflowed_total": core.queue.overflowed_total,
-        "bp_reports": inb.bp_reports, "refused": inb.refused,
-        "remote_backlogged": policy.backlogged_remote(),
-        "remote_refusals": policy.refusals,
-        "halt_lags_ms": [x * 1000.0 for x in getattr(policy, "halt_lags_s", ())],
-        "error_count": core.errors.total, "errors": core.errors.snapshot(),
-        "uptime_s": (end - core.started_at) if core.started_at else 0.0,
-        "progress": _spout_progress(core),
-    }
+        return IntervalMetrics(
+            interval_s=dt, executed_per_s=executed / dt,
+            emitted_per_s=(cur["emitted"] - prev["emitted"]) / dt,
+            execute_latency_ms=lat_ms, capacity=capacity, busy_time_ms_per_second=busy,
+            idle_time_ms_per_second=idle, backpressured_time_ms_per_second=bp,
+            backpressure_level=backpressure_level(bp), backpressure_cause=cause,
+            stalled_seconds=stalled, stalled=stalled >= self.stall_timeout_s)

@@ -49,7 +49,7 @@ def run(cluster: LocalCluster, n: int, conf: dict, msg_ids: bool) -> dict:
     got = sum(c for *_, (_, c) in handle.collected("sink"))
     cluster.kill_topology("acking")
     spout = s.component("gen")[0]
-    frames = sum(t.raw["sent_batches"] for t in s.tasks)
+    frames = sum(t.sent_batches for t in s.tasks)
     return {"seconds": dt, "tuples_per_s": n / dt, "acked": spout.acked,
             "failed": failed, "counted": got, "frames_per_1000_tuples": frames / n * 1000,
             "latencies_ms": spout.complete_latencies_ms}

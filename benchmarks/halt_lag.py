@@ -79,7 +79,7 @@ def main() -> None:
         "halt_lag_ms": {"p50": quantile(lags, 0.5), "p90": quantile(lags, 0.9),
                         "p99": quantile(lags, 0.99), "max": max(lags),
                         "mean": statistics.fmean(lags)},
-        "backlog_episodes_reports": slow.raw["bp_reports"],
+        "backlog_episodes_reports": slow.bp_reports,
         "overflowed_total": slow.overflowed_total,
         "statuses_sent": s.workers[1].statuses_sent,
         # the same lag seen at the hops on the way: the receiving worker's transfer actor

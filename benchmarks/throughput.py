@@ -116,8 +116,8 @@ def overload(cluster: LocalCluster, seconds: float, conf: dict) -> dict:
     while time.perf_counter() - t0 < seconds:
         time.sleep(0.5)
         s = handle.stats()
-        queued = sum(t.queue_population + t.overflow + t.pending_emits + t.raw["batched"]
-                     + t.raw["inflight_batches"] * batch for t in s.tasks)
+        queued = sum(t.queue_population + t.overflow + t.pending_emits + t.batched
+                     + t.inflight_batches * batch for t in s.tasks)
         rss = sum(p.memory_info().rss for p in procs)
         samples.append({"t": round(time.perf_counter() - t0, 2), "queued": queued,
                         "overflow": sum(t.overflow for t in s.tasks),

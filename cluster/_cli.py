@@ -59,6 +59,7 @@ def _list(args) -> int:
 
 def _stats(args) -> int:
     from cluster._handle import attach
+    from cluster._stats import fmt
 
     s = attach(args.name).stats()
     print(f"topology {args.name}: {len(s.tasks)} tasks, "
@@ -66,9 +67,9 @@ def _stats(args) -> int:
     print(f"{'component':<16}{'tasks':>6}{'rate/s':>10}{'capacity':>10}{'busy':>7}{'bp':>6}"
           f"  level (cause)")
     for r in s.rows():
-        print(f"{r['component']:<16}{r['tasks']:>6}{r['rate_per_s']:>10,.0f}"
-              f"{r['capacity']:>10.2f}{r['busy']:>7.0%}{r['backpressured']:>6.0%}  "
-              f"{r['level']}")
+        print(f"{r['component']:<16}{r['tasks']:>6}{fmt(r['rate_per_s'], ',.0f'):>10}"
+              f"{fmt(r['capacity'], '.2f'):>10}{fmt(r['busy'], '.0%'):>7}"
+              f"{fmt(r['backpressured'], '.0%'):>6}  {r['level']}")
     for t in s.stalled_tasks():
         print(f"STALLED {t.component}:{t.task} for {t.stalled_seconds:.0f} s")
     return 0

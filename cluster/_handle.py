@@ -217,7 +217,7 @@ class TopologyHandle:
         raw = self._call_all([self.actors[t] for t in tasks]
                              + [self.transfers[w] for w in workers],
                              lambda a: a.stats.remote(), timeout, "stats")
-        ts = [TaskStats.from_dict(d) for d in raw[:len(tasks)]]
+        ts: list[TaskStats] = raw[:len(tasks)]
         ws = [WorkerStats.from_dict(d) for d in raw[len(tasks):]]
         return TopologyStats(self.name, ts, all(t.state == "done" for t in ts), ws,
                              dict(self.task_worker))

@@ -57,10 +57,10 @@ def test_acking_every_tuple_tree_completes(cluster, name, workers, acking):
     (acked,), (failed,) = acked.values(), failed.values()
     assert sorted(acked) == list(range(300)) and failed == {}
     spout = stats.component("src")[0]
-    assert spout.raw["acked"] == 300 and spout.raw["pending_tuples"] == 0
-    assert len(spout.raw["complete_latencies_ms"]) == 300
+    assert spout.acked == 300 and spout.pending_tuples == 0
+    assert len(spout.complete_latencies_ms) == 300
     if acking:  # the spout was the acker: no acker task, no acking message from it
-        assert ACKER_ID not in handle.topology.components and spout.raw["unknown_acks"] == 0
+        assert ACKER_ID not in handle.topology.components and spout.unknown_acks == 0
     else:
         assert len(stats.component(ACKER_ID)) == workers  # one acker per worker by default
         # each tree went through the acker, or was one ack a bolt completed itself
@@ -88,7 +88,7 @@ def test_ack_branching_waits_for_every_branch(cluster, name, acking):
     assert sorted(acked) == list(range(0, 20, 2))
     assert sorted(failed) == list(range(1, 20, 2))
     assert all(3.0 <= s < 5.0 for s in failed.values()), failed
-    assert stats.component("src")[0].raw["timeouts"] == 10
+    assert stats.component("src")[0].timeouts == 10
 
 
 @ACKING
@@ -151,14 +151,14 @@ def test_max_spout_pending_caps_tuples_in_flight(cluster, name, acking):
     handle = cluster.submit_topology(name, {"topology.max.spout.pending": 10, **acking},
                                      b.create_topology())
     try:
-        until(lambda: handle.stats().component("src")[0].raw["pending_tuples"] == 10, 30,
+        until(lambda: handle.stats().component("src")[0].pending_tuples == 10, 30,
                "10 tuples pending")
         idle_ms = []
         for _ in range(5):
             spout = handle.stats().component("src")[0]
             # emitted = acked + failed + pending, and nothing is acked or failed here
-            assert spout.emitted == 10 and spout.raw["pending_tuples"] == 10
-            assert spout.raw["acked"] == 0 and spout.raw["failed"] == 0
+            assert spout.emitted == 10 and spout.pending_tuples == 10
+            assert spout.acked == 0 and spout.failed == 0
             idle_ms.append(spout.idle_wait_ms)
             time.sleep(0.1)
         # at the cap the spout waits (idle_wait_ms) for 0.4 s between the first and last look
@@ -212,7 +212,7 @@ def test_untracked_emits_need_no_acks(cluster, name):
     b.set_bolt("half", AckEveryOtherBolt()).shuffle_grouping("src")
     stats, handle = _finish(cluster, name, b)
     cluster.kill_topology(name)
-    assert stats.component("src")[0].raw["pending_tuples"] == 0
+    assert stats.component("src")[0].pending_tuples == 0
     assert stats.total(ACKER_ID, "acked") == 0
 
 
@@ -279,9 +279,9 @@ def test_spouts_as_ackers_route_each_ack_to_the_spout_task_that_emitted(cluster,
     assert sorted(timed) == list(range(100)) and len(got) == n + 100
     for c in ("items", "timed"):
         for t in stats.component(c):
-            assert t.raw["unknown_acks"] == 0 and t.raw["pending_tuples"] == 0
-            assert t.raw["failed"] == 0
+            assert t.unknown_acks == 0 and t.pending_tuples == 0
+            assert t.failed == 0
     # some acks crossed workers (through the transfer actors)
-    spout_w = {t.raw["worker"] for c in ("items", "timed") for t in stats.component(c)}
-    bolt_w = {t.raw["worker"] for t in stats.component("mid")}
+    spout_w = {t.worker for c in ("items", "timed") for t in stats.component(c)}
+    bolt_w = {t.worker for t in stats.component("mid")}
     assert spout_w | bolt_w == {0, 1} and len(spout_w) * len(bolt_w) > 1

@@ -49,7 +49,7 @@ def test_cli_lists_shows_pauses_resumes_and_kills_a_topology(cluster, name):
         assert "(task " in rows["src"]  # the spout is held back, and by whom
 
         assert _cli("deactivate", name, address=gcs).returncode == 0
-        until(lambda: not handle.stats().component("src")[0].raw["active"], 30)
+        until(lambda: not handle.stats().component("src")[0].active, 30)
         before = handle.stats().total("src", "emitted")
         time.sleep(1.0)
         assert handle.stats().total("src", "emitted") == before  # no next_tuple calls

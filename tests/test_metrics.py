@@ -11,9 +11,10 @@ import ray
 
 from actors import ExecutorCore, make_executor
 from actors._metrics import TaskMetrics, backpressure_level
+from cluster import TopologyStats
 from tests._util import until
 from tests.components import PassBolt, SeqSpout, StuckBolt
-from topology import CollectorBolt, TopologyBuilder
+from topology import ACKER_ID, CollectorBolt, TopologyBuilder
 
 
 def test_backpressure_levels_use_flinks_thresholds():
@@ -40,15 +41,44 @@ def test_blocked_spout_is_backpressured_by_its_destination_then_stalled():
         until(lambda: spout.outbox.pending_emits, 10)
         metrics.sample()
         time.sleep(0.4)
-        snap = metrics.sample()
-        assert snap["backpressure_level"] == "HIGH" and snap["backpressure_cause"] == 1
-        assert snap["backpressured_time_ms_per_second"] > 500
-        assert snap["stalled"] and snap["stalled_seconds"] >= 0.3
-        assert snap["transferred"] == 8  # taken by the queue; a full batch of 2 waits
+        snap = spout.stats(metrics.sample())
+        assert snap.backpressure_level == "HIGH" and snap.backpressure_cause == 1
+        assert snap.backpressured_time_ms_per_second > 500
+        assert snap.stalled and snap.stalled_seconds >= 0.3
+        assert snap.transferred == 8  # taken by the queue; a full batch of 2 waits
         bolt.queue.consume(lambda el: None)  # room again: progress ends the stall
-        until(lambda: not metrics.sample()["stalled"], 10)
+        until(lambda: not metrics.sample().stalled, 10)
     finally:
         spout.stop()
+
+
+def test_no_busy_fraction_before_the_first_interval_then_an_idle_task_shows_idle():
+    """Ray-free: before a task closes its first metrics interval its stats carry no rate,
+    fraction or level (None, shown as ``-``), not a false 100% busy; after one interval a
+    task with no input (the acker of a topology whose spout never emits) is idle."""
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(0))
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("src")
+    topo = b.create_topology().with_ackers(1)
+    acker = topo.component_tasks[ACKER_ID][0]
+    core = make_executor("t", topo, {}, acker,
+                         {t: 0 for ts in topo.component_tasks.values() for t in ts})
+    metrics = TaskMetrics(core, stall_timeout_s=10)
+    core.start()
+    try:
+        before = core.stats(metrics.last)
+        assert metrics.last is None and before.state == "running"
+        assert before.busy_time_ms_per_second is None and before.capacity is None
+        assert before.backpressure_level is None and not before.stalled
+        view = TopologyStats("t", [before], False)
+        assert view.rows()[0]["busy"] is None and view.backpressure(ACKER_ID) == (None, "-")
+        assert f"{ACKER_ID:<16}" in view.summary() and "<td>-</td>" in view._repr_html_()
+        until(lambda: core.idle_wait_s > 0.2, 10, "the acker waiting for input")
+        after = core.stats(metrics.sample())
+        assert after.idle_time_ms_per_second > 500 and after.busy_time_ms_per_second < 500
+        assert after.backpressure_level == "OK" and after.capacity == 0.0
+    finally:
+        core.stop()
 
 
 def _prometheus_values(metric: str, topology: str) -> dict[str, float]:
@@ -87,8 +117,8 @@ def test_slow_consumer_metrics_in_stats_and_in_rays_metrics(cluster, name):
         def held():
             s = handle.stats()
             src, slow = s.component("src")[0], s.component("slow")[0]
-            return (src.backpressure_level == "HIGH" and slow.busy_time_ms_per_second > 500
-                    and s) or None
+            return (src.backpressure_level == "HIGH"
+                    and (slow.busy_time_ms_per_second or 0) > 500 and s) or None
 
         s = until(held, 60, "the spout held by the slow bolt")
         src, slow = s.component("src")[0], s.component("slow")[0]

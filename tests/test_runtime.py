@@ -184,12 +184,12 @@ def test_slow_bolt_throttles_spout_with_bounded_queues(cluster, name):
     src_task = handle.topology.component_tasks["src"][0]
     remote = final_assignment[slow_task] != final_assignment[src_task]
     spout = final.component("src")[0]
-    assert spout.backpressure_wait_ms > 100 and spout.raw["send_failures"] > 0
+    assert spout.backpressure_wait_ms > 100 and spout.send_failures > 0
     assert final.component("slow")[0].insert_failures > 0
     assert sorted(v[0] for *_, v in got) == list(range(n))
     if remote:  # the spout held because the slow task's worker said it was backlogged
         assert final.component("slow")[0].overflowed_total > 0
-        assert spout.raw["remote_refusals"] > 0 and len(spout.halt_lags_ms) > 0
+        assert spout.remote_refusals > 0 and len(spout.halt_lags_ms) > 0
         assert final.component("slow")[0].overflow == 0
 
 

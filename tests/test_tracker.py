@@ -195,7 +195,7 @@ def test_overflow_limit_drops_exactly_and_counts():
         sent += 3
     q = core.queue
     assert q.size() == 4 and q.overflow_count() == 5
-    assert q.dropped_messages == sent - 4 - 5 and core.stats()["queue"]["dropped_messages"] == 9
+    assert q.dropped_messages == sent - 4 - 5 and core.stats().dropped_messages == 9
 
 
 def test_publish_remote_keeps_order_when_a_batch_is_split():

@@ -74,14 +74,14 @@ def test_slow_task_holds_only_its_senders(cluster, name):
         cluster.kill_topology(name)
     t = {x.task: x for x in final.tasks}
     # the slow task was backlogged and its spout held; nobody else was ever named
-    assert t[4].overflowed_total > 0 and t[3].raw["remote_refusals"] > 0
+    assert t[4].overflowed_total > 0 and t[3].remote_refusals > 0
     assert len(t[3].halt_lags_ms) > 0
     for s in samples:
         for x in s.tasks:
             assert set(x.remote_backlogged) <= {4}, (x.task, x.remote_backlogged)
         assert set(s.workers[1].backlogged) <= {4}
         assert not s.workers[0].backlogged
-    assert t[1].raw["remote_refusals"] == 0 and t[1].pending_emits == 0
+    assert t[1].remote_refusals == 0 and t[1].pending_emits == 0
     # the fast pair ran far faster than the throttled one in the same window
     assert t[1].emitted == n_fast and t[1].emitted >= 3 * t[3].emitted
     # the throttled spout's fast bolts took everything sent to them

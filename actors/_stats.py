@@ -1,0 +1,258 @@
+"""One task's statistics as one typed record, built where the numbers are.
+
+:class:`TaskStats` is the only definition of the stats schema: the executor builds it
+(:func:`task_stats`) from its rooms (ledger, inbound side, outbox, policy, queue) and from
+the last closed metrics interval (:class:`IntervalMetrics`, made by
+``actors._metrics.TaskMetrics``); the executor actor adds its sinks' figures and returns
+it; ``TopologyHandle.stats()``, the CLI, the notebook view and the Ray metrics export read
+its fields. Pure: no Ray import, so drivers and tests read it anywhere.
+
+Sources: Storm UI's per-executor stats and Storm 2.0's JCQueue metrics
+(notes/storm2-internals.md); Flink's busy / idle / backpressured time and levels
+(seeds/flink-backpressure.txt).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class IntervalMetrics:
+    """One closed metrics interval of one task (``topology.metrics.interval.secs``).
+
+    Attributes:
+        interval_s: the interval's length (s).
+        executed_per_s / emitted_per_s: rates over the interval (tuples/s).
+        execute_latency_ms: mean ``execute`` (spout: ``next_tuple``) time of the tuples
+            sampled at ``topology.stats.sample.rate`` (ms).
+        capacity: Storm UI's capacity, the executing fraction of the interval (0..1).
+        busy_time_ms_per_second / idle_time_ms_per_second /
+        backpressured_time_ms_per_second: Flink's split of each second (ms): executing,
+            waiting for input, held by a full or backlogged destination.
+        backpressure_level: ``OK`` / ``LOW`` / ``HIGH`` (Flink's 0.10 / 0.5 thresholds).
+        backpressure_cause: the destination task that held this task most (None if none).
+        stalled_seconds: how long tuples have waited for the task without progress (s).
+        stalled: ``stalled_seconds`` has reached ``topology.stall.timeout.secs``.
+    """
+
+    interval_s: float
+    executed_per_s: float
+    emitted_per_s: float
+    execute_latency_ms: float
+    capacity: float
+    busy_time_ms_per_second: float
+    idle_time_ms_per_second: float
+    backpressured_time_ms_per_second: float
+    backpressure_level: str
+    backpressure_cause: int | None
+    stalled_seconds: float
+    stalled: bool
+
+
+#: The fields a task shows only once it has closed a metrics interval (None before).
+INTERVAL_FIELDS = tuple(f for f in IntervalMetrics.__dataclass_fields__
+                        if f not in ("stalled_seconds", "stalled"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskStats:
+    """One task's counters (cumulative since start), its state now, and its last closed
+    metrics interval.
+
+    Where: ``component``, ``task``, ``worker`` (index), ``state`` (``running``,
+    ``ending``, ``done``, ``killed`` or ``failed``), ``active`` (a spout's
+    activate/deactivate), ``restarted`` (Ray restarted the actor; alias ``reconstructed``),
+    ``uptime_s``, ``progress`` (a spout's ``Spout.progress()``: source items taken; None for
+    bolts and spouts that do not count).
+
+    Tuples: ``emitted`` (by user code), ``transferred`` (handed to destination tasks, one
+    per destination), ``executed`` (given to ``execute``), ``acked`` / ``failed`` (a spout:
+    its trees, timeouts included; a bolt: its inputs; an acker: trees it completed /
+    failed).
+
+    Acking (Storm's acker protocol, actors/_acking.py): ``timeouts`` (trees failed by
+    ``topology.message.timeout.secs``), ``pending_tuples`` (a spout's trees in flight, an
+    acker's trees tracked), ``complete_latencies_ms`` (a spout's recent emit-to-ack times),
+    ``completed_trees`` (one-ack trees a bolt completed itself), ``folded_acks`` (acks a
+    bolt piggybacked on its anchored emits), ``unknown_acks`` (acks for trees not held).
+
+    Receive queue (Storm 2.0's JCQueue): ``queue_population`` / ``queue_capacity``
+    (tuples now / bound), ``queue_pct_full`` (0..1), ``overflow`` (tuples in the overflow
+    now; alias ``queue_overflow``), ``queue_arrival_rate_secs`` (tuples/s),
+    ``queue_sojourn_time_ms``, ``insert_failures`` (inserts that found it full),
+    ``dropped_messages`` (dropped at ``topology.executor.overflow.limit``),
+    ``overflowed_total`` (tuples ever put in the overflow); ``queue`` is the same as a dict.
+
+    Backpressure (seeds/storm2-backpressure-model.txt): ``backpressure_policy`` (its name),
+    ``backlogged`` (this task's overflow is in use: other workers hold their sends to it),
+    ``pending_emits`` / ``max_pending_emits`` (emits waiting for a full or backlogged
+    destination now / the most at once), ``batched`` (tuples in partial outgoing batches),
+    ``send_failures`` (sends that found a destination full or backlogged),
+    ``remote_backlogged`` (tasks of other workers this task may not send to now),
+    ``remote_refusals``, ``halt_lags_ms`` (recent ms from a destination's backlog starting
+    to this task holding its sends), ``bp_reports`` / ``refused`` (reports this task sent
+    as a receiver / arrivals it refused), ``backpressure_wait_ms`` / ``idle_wait_ms``
+    (time the executor waited on backpressure / for input, cumulative ms).
+
+    Transfer (actors/_inbound.py, the executor actor's sinks): ``bad_frames``,
+    ``duplicate_frames``, ``early_frames``, ``stale_frames``, ``epoch_resets``,
+    ``lost_frames`` (dropped because their sender began a new epoch after a failure),
+    ``late_items``, ``inflight_batches``, ``sent_batches``, ``sent_batches_to`` (per
+    destination task), ``sink_resets``.
+
+    Errors: ``error_count`` and ``errors`` (each kind with count and last traceback).
+
+    Last metrics interval: the :class:`IntervalMetrics` fields. A task that has not yet
+    closed an interval shows None for the rates, fractions, latency and level (never a
+    false 0% or 100%), and ``stalled`` False.
+    """
+
+    component: str
+    task: int
+    worker: int
+    state: str
+    active: bool = True
+    restarted: bool = False
+    uptime_s: float = 0.0
+    progress: int | None = None
+    emitted: int = 0
+    transferred: int = 0
+    executed: int = 0
+    acked: int = 0
+    failed: int = 0
+    timeouts: int = 0
+    pending_tuples: int = 0
+    complete_latencies_ms: list[float] = field(default_factory=list)
+    completed_trees: int = 0
+    folded_acks: int = 0
+    unknown_acks: int = 0
+    queue_population: int = 0
+    queue_capacity: int = 0
+    queue_pct_full: float = 0.0
+    overflow: int = 0
+    queue_arrival_rate_secs: float = 0.0
+    queue_sojourn_time_ms: float = 0.0
+    insert_failures: int = 0
+    dropped_messages: int = 0
+    overflowed_total: int = 0
+    queue: dict[str, Any] = field(default_factory=dict, repr=False)
+    backpressure_policy: str = ""
+    backlogged: bool = False
+    pending_emits: int = 0
+    max_pending_emits: int = 0
+    batched: int = 0
+    send_failures: int = 0
+    remote_backlogged: list[int] = field(default_factory=list)
+    remote_refusals: int = 0
+    halt_lags_ms: list[float] = field(default_factory=list)
+    bp_reports: int = 0
+    refused: int = 0
+    backpressure_wait_ms: float = 0.0
+    idle_wait_ms: float = 0.0
+    bad_frames: int = 0
+    duplicate_frames: int = 0
+    early_frames: int = 0
+    stale_frames: int = 0
+    epoch_resets: int = 0
+    lost_frames: int = 0
+    late_items: int = 0
+    inflight_batches: int = 0
+    sent_batches: int = 0
+    sent_batches_to: dict[int, int] = field(default_factory=dict)
+    sink_resets: int = 0
+    error_count: int = 0
+    errors: list[dict] = field(default_factory=list)
+    interval_s: float | None = None
+    executed_per_s: float | None = None
+    emitted_per_s: float | None = None
+    execute_latency_ms: float | None = None
+    capacity: float | None = None
+    busy_time_ms_per_second: float | None = None
+    idle_time_ms_per_second: float | None = None
+    backpressured_time_ms_per_second: float | None = None
+    backpressure_level: str | None = None
+    backpressure_cause: int | None = None
+    stalled_seconds: float = 0.0
+    stalled: bool = False
+
+    # today's other names for the same fields
+    @property
+    def reconstructed(self) -> bool:
+        return self.restarted
+
+    @property
+    def queue_overflow(self) -> int:
+        return self.overflow
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The record as a plain dict (field name → value), e.g. for JSON."""
+        return asdict(self)
+
+    def with_interval(self, m: IntervalMetrics | None) -> TaskStats:
+        """This record with the fields of metrics interval ``m`` (unchanged if None)."""
+        return self if m is None else replace(self, **asdict(m))
+
+    def with_sinks(self, sinks: list) -> TaskStats:
+        """This record with the executor actor's sinks' figures (``ActorSink`` objects:
+        ``outstanding()``, ``sent_batches``, ``dest``, ``resets``)."""
+        return replace(self, inflight_batches=sum(s.outstanding() for s in sinks),
+                       sent_batches=sum(s.sent_batches for s in sinks),
+                       sent_batches_to={s.dest: s.sent_batches for s in sinks},
+                       sink_resets=sum(s.resets for s in sinks))
+
+
+def _spout_progress(core: Any) -> int | None:
+    """The spout's ``progress()`` (None for a bolt, before ``open``, or when it raises:
+    reported, never failing a stats call)."""
+    if not core.is_spout or not core.started_at:
+        return None
+    try:
+        p = core.obj.progress()
+        return None if p is None else int(p)
+    except Exception as e:
+        core.errors.report(e, "progress")
+        return None
+
+
+def task_stats(core: Any, interval: IntervalMetrics | None = None) -> TaskStats:
+    """The :class:`TaskStats` of ``core`` (an ``ExecutorCore``), read from its rooms, with
+    the fields of ``interval`` when given. Any thread; never blocks on the data path."""
+    ledger, out, inb, policy = core.ledger, core.outbox, core.inbound, core.policy
+    q = core.queue.metrics()
+    end = core.finished_at or time.time()
+    stats = TaskStats(
+        component=core.component_id, task=core.task_id, worker=core.context.worker_index,
+        state=core.state, active=core.active, restarted=inb.reconstructed,
+        uptime_s=(end - core.started_at) if core.started_at else 0.0,
+        progress=_spout_progress(core),
+        emitted=core.emitted, transferred=out.transferred(), executed=core.executed,
+        acked=core.acked, failed=core.failed,
+        timeouts=getattr(ledger, "timeouts", 0),
+        pending_tuples=getattr(ledger, "pending", 0),
+        complete_latencies_ms=list(getattr(ledger, "complete_latencies_ms", ())),
+        completed_trees=getattr(ledger, "completed_trees", 0),
+        folded_acks=getattr(ledger, "folded_acks", 0),
+        unknown_acks=getattr(ledger, "unknown_acks", 0),
+        queue_population=q.population, queue_capacity=q.capacity,
+        queue_pct_full=q.pct_full, overflow=q.overflow,
+        queue_arrival_rate_secs=q.arrival_rate_secs, queue_sojourn_time_ms=q.sojourn_time_ms,
+        insert_failures=q.insert_failures, dropped_messages=q.dropped_messages,
+        overflowed_total=core.queue.overflowed_total, queue=q.to_dict(),
+        backpressure_policy=policy.name, backlogged=bool(policy.backlogged),
+        pending_emits=len(out.pending_emits), max_pending_emits=out.max_pending_emits,
+        batched=out.batched(), send_failures=out.send_failures,
+        remote_backlogged=list(policy.backlogged_remote()), remote_refusals=policy.refusals,
+        halt_lags_ms=[x * 1000.0 for x in getattr(policy, "halt_lags_s", ())],
+        bp_reports=inb.bp_reports, refused=inb.refused,
+        backpressure_wait_ms=core.backpressure_wait_s * 1000.0,
+        idle_wait_ms=core.idle_wait_s * 1000.0,
+        bad_frames=core.bad_frames, duplicate_frames=inb.duplicate_frames,
+        early_frames=inb.early_frames, stale_frames=inb.stale_frames,
+        epoch_resets=inb.epoch_resets, lost_frames=inb.lost_frames,
+        late_items=inb.late_items,
+        error_count=core.errors.total, errors=core.errors.snapshot())
+    return stats.with_interval(interval)
