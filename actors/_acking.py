@@ -236,10 +236,8 @@ class SpoutLedger(_Ledger):
         The tree starts pending at ``now``; the acker gets Storm's ``__ack_init`` (root, XOR
         of the edge ids) unless the init is implicit or this spout is its own acker.
         """
-        if self.implicit_root is not None and n_targets == 1:  # the usual: no ACK_INIT
-            root = self.implicit_root | self.rand(47)
-            self.trees[root] = (msg_id, now)
-            return [[root, 0]]
+        if n_targets == 1 and (self.implicit_root is not None or self.own_trees):
+            return [self.on_spout_emit_one(msg_id, now)]
         if not self.ackers:
             self.acks_due.append(msg_id)
             return None
@@ -259,6 +257,22 @@ class SpoutLedger(_Ledger):
         else:  # emitted to no task: the tree is complete
             self.acks_due.append(msg_id)
         return anchors
+
+    def on_spout_emit_one(self, msg_id: Any, now: float) -> list[int] | None:
+        """:meth:`on_spout_emit` to one task (the usual case): that task's anchors, or None
+        without ackers."""
+        if self.implicit_root is not None:  # no ACK_INIT
+            root = self.implicit_root | self.rand(47)
+            self.trees[root] = (msg_id, now)
+            return [root, 0]
+        if self.own_trees:  # no message: the tree's XOR starts here
+            rand = self.rand
+            root = rand(self.root_bits) * self.root_mod + self.own_index or self.root_mod
+            e = rand(63) or 1
+            self.trees[root] = (msg_id, now, e)
+            return [root, e]
+        anchors = self.on_spout_emit(msg_id, 1, now)
+        return None if anchors is None else anchors[0]
 
     def take_acks_due(self) -> list:
         """Msg ids complete at emit (no ackers, or an emit to no task): ack them now."""
@@ -380,15 +394,6 @@ class BoltLedger(_Ledger):
         edge id per anchor, XORed into that anchor's ``ack_val`` and paired with each of
         its roots (Storm's ``BoltOutputCollectorImpl.boltEmit``)."""
         rand = self.rand
-        if len(anchors) == 1 and len(anchors[0].anchors) == 2:  # one root: the usual case
-            a = anchors[0]
-            root = a.anchors[0]
-            out = []
-            for _ in range(n_targets):
-                e = rand(63) or 1
-                a.ack_val ^= e
-                out.append([root, e])
-            return out
         out = []
         for _ in range(n_targets):
             child: dict[int, int] = {}
@@ -399,6 +404,14 @@ class BoltLedger(_Ledger):
                     child[root] = child.get(root, 0) ^ e
             out.append([x for kv in child.items() for x in kv])
         return out
+
+    def on_emit_one(self, anchor: Any) -> list[int]:
+        """:meth:`on_emit` for one target of an emit anchored to one tracked tuple of one
+        root (the usual case, e.g. ``auto_ack``; one call per target): that target's
+        anchors ``[root, edge]``."""
+        e = self.rand(63) or 1
+        anchor.ack_val ^= e
+        return [anchor.anchors[0], e]
 
     def fold_ack(self, tup: Any, child_anchors: list) -> None:
         """Ack piggybacking: ``tup`` (one root) is acked while its child, anchored by

@@ -130,17 +130,22 @@ class SpoutCollector(_Emitter, SpoutOutputCollector):
     def _tracked(self, index: int, values, targets: tuple[int, ...], msg_id: Any
                  ) -> tuple[int, ...]:
         ledger = self._ledger
-        anchors = ledger.on_spout_emit(msg_id, len(targets), time.monotonic())
-        if anchors is None:  # no ackers: untracked, acked after next_tuple
-            return self._send(targets, (index, values))
-        if ledger.held_values >= ACK_BATCH_VALUES:
-            self._flush_acks()
         if len(targets) == 1:  # the usual
-            t, msg = targets[0], (index, values, anchors[0])
+            anchors = ledger.on_spout_emit_one(msg_id, time.monotonic())
+            if anchors is None:  # no ackers: untracked, acked after next_tuple
+                return self._send(targets, (index, values))
+            if ledger.held_values >= ACK_BATCH_VALUES:
+                self._flush_acks()
+            t, msg = targets[0], (index, values, anchors)
             if self._pending or not self._inserters[t].try_publish(msg):
                 self._pending.append((t, msg))
             return targets
-        return self._send_anchored(targets, index, values, anchors)
+        many = ledger.on_spout_emit(msg_id, len(targets), time.monotonic())
+        if many is None:
+            return self._send(targets, (index, values))
+        if ledger.held_values >= ACK_BATCH_VALUES:
+            self._flush_acks()
+        return self._send_anchored(targets, index, values, many)
 
 
 class BoltCollector(_Emitter, OutputCollector):
@@ -201,6 +206,8 @@ class BoltCollector(_Emitter, OutputCollector):
             a = self.current
             if a is None or not a.anchors or not self.auto_ack:
                 return self._send(targets, (index, values))
+            if len(a.anchors) == 2:
+                return self._anchored_one(index, values, targets, a)
             tracked = (a,)
         else:
             if isinstance(anchors, Tuple):
@@ -208,23 +215,31 @@ class BoltCollector(_Emitter, OutputCollector):
             tracked = [a for a in anchors if a is not None and a.anchors]
             if not tracked:
                 return self._send(targets, (index, values))
-        children = ledger.on_emit(tracked, len(targets))
-        if len(tracked) > 1 or len(tracked[0].anchors) > 2:
-            return self._send_anchored(targets, index, values, children)
-        # one root: the usual case, and the one acks can ride on (see the class docstring)
+            if len(tracked) == 1 and len(tracked[0].anchors) == 2:
+                return self._anchored_one(index, values, targets, tracked[0])
+        return self._send_anchored(targets, index, values,
+                                   ledger.on_emit(tracked, len(targets)))
+
+    def _anchored_one(self, index: int, values, targets: tuple[int, ...], a: Tuple
+                      ) -> tuple[int, ...]:
+        """An emit anchored to ``a`` of one root: the usual case, and the one acks can
+        ride on (see the class docstring)."""
+        edge = self._ledger.on_emit_one
         pending, inserters = self._pending, self._inserters
-        last = len(targets) - 1
-        for i, t in enumerate(targets):
-            msg = (index, values, children[i])
-            ins = inserters[t]
-            if i < last:
-                if pending or not ins.try_publish(msg):
-                    pending.append((t, msg))
-            elif pending or not ins.try_append(msg):
+        last = targets[-1] if targets else None
+        for t in targets[:-1]:
+            msg = (index, values, edge(a))
+            if pending or not inserters[t].try_publish(msg):
                 pending.append((t, msg))
+        if last is not None:
+            child = edge(a)
+            msg = (index, values, child)
+            ins = inserters[last]
+            if pending or not ins.try_append(msg):
+                pending.append((last, msg))
             else:
-                self._fold_parent = tracked[0]
-                self._fold_anchors = children[i]
+                self._fold_parent = a
+                self._fold_anchors = child
                 self._fold_inserter = ins
                 self._fold_at = ins.transferred + len(ins.batch) - 1
         return targets
