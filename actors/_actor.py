@@ -91,9 +91,9 @@ class ActorSink:
 
     def _reap(self) -> None:
         # each call's reply is a future (Ray completes it from its own thread), so checking
-        # costs no GIL hand-off: measured with py-spy on benchmarks/acking.py's spout, a
-        # ray.wait here took ~10% of the executor thread (it releases the GIL, and taking it
-        # back waits behind the receive thread)
+        # costs no GIL hand-off: a ray.wait here showed up in py-spy profiles of
+        # benchmarks/acking.py's spout (it releases the GIL, and taking it back waits behind
+        # the receive thread; see docs/benchmarks.md)
         ready, waiting = [], []
         for f in self._inflight:
             (ready if f.done() else waiting).append(f)
@@ -381,8 +381,8 @@ class ExecutorActor:
         self.core.apply_backpressure(st)
 
     # Frames are not Ray task events (the dashboard's task list): one per batch, they would
-    # flood the GCS, and recording them cost 3-12% of each call's CPU, both sides together
-    # (benchmarks/actor_call.py, task_events_off_cpu_ratio 0.88, 0.97, 0.94 in three runs)
+    # flood the GCS, and recording them costs CPU on both sides of each call
+    # (benchmarks/actor_call.py, task_events_off_cpu_ratio; figures in docs/benchmarks.md)
     @ray.method(concurrency_group="data", enable_task_events=False)
     def receive(self, frame: bytes) -> int | None:
         """Decode a batch from an executor of this worker and insert it into the receive
