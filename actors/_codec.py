@@ -2,12 +2,13 @@
 
 A frame is ``msgpack([src_task, epoch, seq, [[stream_index, values(, anchors)], ...]])``,
 where ``anchors`` (acking only) is ``[root_id, edge_xor, root_id, edge_xor, ...]`` (flat:
-one list per tuple, not one per root; measured 35% cheaper to unpack); ``seq`` numbers the
-frames of one (sender, receiver) pair from 0 within an ``epoch``, so the receiver restores
-their order (Ray does not order calls to threaded or asyncio actors) and acknowledges them
-cumulatively. The sender starts a new, larger ``epoch`` (from 0 again) when frames may
-have been lost: it restarted, or the receiver or a transfer actor between them died. Values
-are msgpack's own types plus these extension types, so Spark rows survive the trip:
+one list per tuple, not one per root, which unpacks faster; see docs/benchmarks.md);
+``seq`` numbers the frames of one (sender, receiver) pair from 0 within an ``epoch``, so
+the receiver restores their order (Ray does not order calls to threaded or asyncio
+actors) and acknowledges them cumulatively. The sender starts a new, larger ``epoch``
+(from 0 again) when frames may have been lost: it restarted, or the receiver or a transfer
+actor between them died. Values are msgpack's own types plus these extension types, so
+Spark rows survive the trip:
 
 =====  ==========================  ==============================
 code   Python type                 payload

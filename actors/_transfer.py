@@ -2,21 +2,21 @@
 
 Storm 2.0's ``WorkerTransfer`` + Netty client/server (notes/storm2-internals.md §3,
 seeds/storm2-backpressure-model.txt §2), as a threaded Ray actor with concurrency groups
-(``status`` never waits behind data). Threads, not asyncio: measured here, a one-way call
-into a threaded actor's group took ~0.5 ms against ~1.3 ms into an asyncio actor, and the
-halt-lag is three such hops (3.2 ms against 4.8 ms idle, benchmarks/halt_lag.py setup):
+(``status`` never waits behind data). Threads, not asyncio: a one-way call into a threaded
+actor's group costs less than one into an asyncio actor, and the halt-lag is three such hops
+(benchmarks/halt_lag.py; the A/B figures are in docs/benchmarks.md):
 
 * **Sending.** An executor sends a batch for a task of another worker, as a msgpack frame,
   straight to that worker's transfer actor (:meth:`TransferActor.deliver`), wrapped in the
   worker-to-worker payload that can group several frames for one worker. The call returns
   once the batch is in the destination task's receive or overflow queue, with that
   executor's acknowledgement (the sender's window credit); nothing waits on the executor
-  thread. Measured (benchmarks/throughput.py, two workers on one host): routing data
-  through the *sending* worker's transfer actor too, as Storm's ``WorkerTransfer`` does,
-  costs a third Ray call per batch and ran the pipeline at 0.51-0.65 of one worker against
-  0.74-0.83 without that hop; a Ray actor can call any other directly, so that hop only
-  copied bytes. The sending worker's transfer actor keeps the control plane: it receives
-  the other workers' statuses and passes them to its executors.
+  thread. Routing data through the *sending* worker's transfer actor too, as Storm's
+  ``WorkerTransfer`` does, costs a third Ray call per batch and slowed two workers against
+  one (benchmarks/throughput.py, ``two_worker_ratio``; figures in docs/benchmarks.md); a
+  Ray actor can call any other directly, so that hop only copied bytes. The sending
+  worker's transfer actor keeps the control plane: it receives the other workers' statuses
+  and passes them to its executors.
 * **Receiving.** :meth:`~TransferActor.deliver` checks size and shape, then hands each
   frame to its task's executor (``receive_remote``, which never blocks: a full queue sends
   it to the overflow). A frame for a task this worker does not own, an undecodable or an

@@ -2,20 +2,19 @@
 
 Source: Storm 2.0 ``WaitStrategyProgressive`` / ``WaitStrategyPark`` (notes/storm2-internals.md
 §4). Python has no ``parkNanos``; a park of *µs* is ``time.sleep(µs / 1e6)``, whose real floor
-on Linux is ~50-60 µs, as is ``parkNanos(1)``'s, so Storm's level-2 ``parkNanos(1)`` is
-``time.sleep(1e-6)``: a real park. It was ``time.sleep(0)`` (a bare yield) before: measured
-with benchmarks/acking.py's pipeline on this 2-core host, idle executors then spent ~40% of
-their samples spinning in it, taking cores from busy ones, and both the acking and the
-non-acking pipeline ran faster with a real park (py-spy samples; throughput in the closing
-note of issue 4). All strategies are stateless apart from the caller's ``idle_count``, so
-one instance may be shared.
+on Linux is the thread's timer slack (50 µs by default), as is ``parkNanos(1)``'s, so Storm's
+level-2 ``parkNanos(1)`` is ``time.sleep(1e-6)``: a real park. It was ``time.sleep(0)`` (a
+bare yield) before: py-spy on benchmarks/acking.py's pipeline showed idle executors
+spinning in it, taking cores from busy ones, and both the acking and the non-acking
+pipeline ran faster with a real park (figures in docs/benchmarks.md). All strategies are
+stateless apart from the caller's ``idle_count``, so one instance may be shared.
 
 Waking early: an executor passes its *wakeup* event (set when input reaches its queue or
 one of its sends completes), and every park or sleep then ends as soon as it is set. Storm's
-threads park for nanoseconds at a time; a Python thread's park costs far more: measured
-here (/proc CPU of a thread parking in a loop), ``time.sleep(1e-6)`` woke ~13,000 times a
-second for 26% of a core, ~20 µs of CPU per wake-up, while waiting on an event with a 1 ms
-timeout used 2%. So the executor's defaults skip level 2 and wait on the event.
+threads park for nanoseconds at a time; a Python thread's park costs far more: a thread
+parking in a loop with ``time.sleep(1e-6)`` uses a large share of a core in wake-ups alone,
+and waiting on an event with a 1 ms timeout almost none (its /proc CPU time; figures in
+docs/benchmarks.md). So the executor's defaults skip level 2 and wait on the event.
 """
 
 from __future__ import annotations
@@ -62,7 +61,7 @@ class ProgressiveWaitStrategy(WaitStrategy):
 
     Args:
         level1_count: idles that return at once (busy spin).
-        level2_count: further idles that park ~50-60 µs each (``parkNanos(1)``).
+        level2_count: further idles that park for the timer slack each (``parkNanos(1)``).
         level3_sleep_ms: after that, each idle sleeps this long (count no longer grows).
     """
 
@@ -77,7 +76,7 @@ class ProgressiveWaitStrategy(WaitStrategy):
         if idle_count < self.level1_count:
             return idle_count + 1
         if idle_count < self.level1_count + self.level2_count:
-            _pause(1e-6, wakeup, max_s)  # parkNanos(1): ~50-60 µs on Linux
+            _pause(1e-6, wakeup, max_s)  # parkNanos(1): Linux's timer slack, 50 µs by default
             return idle_count + 1
         _pause(self.level3_sleep_s, wakeup, max_s)
         return idle_count

@@ -51,8 +51,9 @@ def start_spark(app_name: str = "storm-on-ray", num_executors: int = 1,
                 configs: dict[str, str] | None = None, **kwargs: Any):
     """Start a Spark session on Ray through RayDP, with the Java 17 flags; returns it.
 
-    Ray must be initialised (``LocalCluster()`` does that). Takes ~10 s. One Spark session
-    per process (a RayDP rule); :func:`stop_spark` ends it.
+    Ray must be initialised (``LocalCluster()`` does that). Slow (it starts Spark's JVMs), so
+    start one and keep it: one Spark session per process is a RayDP rule; :func:`stop_spark`
+    ends it.
 
     Raises:
         SparkUnavailableError: Java is missing, or the ``spark`` extra is not installed.

@@ -39,10 +39,11 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("topology.executor.receive.buffer.size", (int,), 32768,
               "Storm's default. Bounds each executor's receive queue, in tuples.", minimum=2),
     ConfigKey("topology.producer.batch.size", (int,), 1000,
-              "Storm uses 1, but here every batch is a Ray actor call costing ~0.1-1 ms, so a "
-              "batch of 1 caps a hop at a few thousand tuples/s. 1000 amortises the call "
-              "(measured: benchmarks/throughput.py); the 1 ms flush interval bounds latency at "
-              "low rates. Clamped to half the receive buffer, as Storm's JCQueue does.",
+              "Storm uses 1, but here every batch is a Ray actor call, whose cost is per call, "
+              "not per byte (benchmarks/actor_call.py), so a batch of 1 caps a hop at the rate "
+              "of actor calls. 1000 amortises the call (benchmarks/throughput.py; figures in "
+              "docs/benchmarks.md); the 1 ms flush interval bounds latency at low rates. "
+              "Clamped to half the receive buffer, as Storm's JCQueue does.",
               minimum=1),
     ConfigKey("topology.batch.flush.interval.millis", (int, float), 1,
               "Storm's default: partial batches leave at least every 1 ms. 0 disables "
@@ -88,8 +89,8 @@ _KEYS: list[ConfigKey] = [
               "Python's generation-0 collection threshold in each executor and transfer "
               "actor process (Python's default 700). Tuples in flight are acyclic, so "
               "reference counting frees them; at 700 the cyclic collector ran every few "
-              "hundred tuples and took ~80% of decoding a batch (measured: 1,157 vs 238 ns "
-              "per item). Objects alive after open/prepare are also frozen out of the "
+              "hundred tuples and took most of the time of decoding a batch (figures in "
+              "docs/benchmarks.md). Objects alive after open/prepare are also frozen out of the "
               "collector's scans. 0 keeps Python's default.", minimum=0),
     ConfigKey("topology.worker.placement", (str,), "pack",
               "Ours (Storm leaves this to its scheduler): the topology's placement group "
@@ -113,10 +114,11 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("topology.backpressure.wait.progressive.level1.count", (int,), 1,
               "Storm's default: one spin before parking.", minimum=0),
     ConfigKey("topology.backpressure.wait.progressive.level2.count", (int,), 0,
-              "Storm uses 1000 short parks before sleeping; a Python park lasts ~60 µs and "
-              "costs ~20 µs of CPU (measured: a parking thread used 26% of a core), so here an "
-              "executor goes straight to level 3, which waits on its wakeup event (set when a "
-              "send completes or input arrives) and so ends as soon as there is work.",
+              "Storm uses 1000 short parks before sleeping; a Python park lasts far longer than "
+              "Storm's and costs CPU at every wake-up, so idle executors took cores from busy "
+              "ones (backpressure/_wait.py; figures in docs/benchmarks.md). Here an executor "
+              "goes straight to level 3, which waits on its wakeup event (set when a send "
+              "completes or input arrives) and so ends as soon as there is work.",
               minimum=0),
     ConfigKey("topology.backpressure.wait.progressive.level3.sleep.millis", (int, float), 1,
               "Storm's default; the longest wait (an executor's wait ends early on its wakeup "
@@ -157,9 +159,10 @@ _KEYS: list[ConfigKey] = [
               "Ours (Heron tracks trees beside the spout, in its stream manager): true makes "
               "every spout task the acker of its own tuples, with no acker actors; "
               "topology.acker.executors then only switches acking on (null or > 0) or off "
-              "(0). Measured with benchmarks/acking.py, now that bolts complete one-ack trees "
-              "themselves: 4.0-4.3 frames per 1000 tuples against 3.8-4.2, and acking_ratio "
-              "medians 0.51 and 0.46 against 0.56 and 0.53 with one acker executor."),
+              "(0). Off by default: Storm's acker executors are the documented default and "
+              "scale apart from the spouts, and since bolts complete one-ack trees themselves "
+              "an acker executor is as cheap (benchmarks/acking.py runs both placements side "
+              "by side; figures in docs/benchmarks.md)."),
     ConfigKey("topology.error.throttle.interval.secs", (int, float), 10,
               "Storm's default: user-code errors are logged at most "
               "topology.max.error.report.per.interval times per interval.", minimum=0),

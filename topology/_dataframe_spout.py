@@ -38,7 +38,7 @@ class DataFrameSpout(Spout):
             once per batch. Queues count tuples, not bytes: size them in batches
             (e.g. ``topology.executor.receive.buffer.size`` 64 and
             ``topology.producer.batch.size`` 4), or the default 32,768-tuple queues hold
-            gigabytes before they push back (measured in ``benchmarks/peers.py``).
+            gigabytes before they push back (``benchmarks/peers.py``; see docs/benchmarks.md).
         batch_rows: rows per record batch with ``arrow_batches`` (>= 1).
 
     Attributes:
