@@ -5,13 +5,41 @@ from __future__ import annotations
 
 import time
 
+from actors._acking import SystemStream
 from actors._collectors import BoltCollector
 from actors._executor import FLUSH, ExecutorCore
-from topology import BatchBolt, Tuple
+from topology import SYSTEM_COMPONENT_ID, SYSTEM_TICK_STREAM_ID, BatchBolt, Tuple
+from topology._tuple import TICK_FIELDS
+
+TICK_STREAM = int(SystemStream.TICK)
+#: the system task id a tick comes from (Storm's ``Constants.SYSTEM_TASK_ID``)
+SYSTEM_TASK_ID = -1
 
 
 class BoltExecutor(ExecutorCore):
-    """A bolt or acker task (see :class:`ExecutorCore` for the arguments)."""
+    """A bolt or acker task (see :class:`ExecutorCore` for the arguments).
+
+    Tick tuples (Storm's ``topology.tick.tuple.freq.secs``, for user bolts): the loop's
+    timer puts one into the task's own receive queue at each period, behind the data, with
+    a non-blocking insert; a tick that finds the queue full, or the previous tick still
+    queued, stays due, and ticks that fall due meanwhile collapse into it (Storm's timer
+    publishes blocking, and ticks pile up behind a slow bolt: notes/storm2-internals.md).
+    """
+
+    #: the tick timer's clock (monotonic seconds; a test may drive it)
+    clock = staticmethod(time.monotonic)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        period = None if self.is_acker else self.conf["topology.tick.tuple.freq.secs"]
+        #: seconds between ticks (None: no ticks)
+        self.tick_s: float | None = period
+        self._next_tick = self.clock() + period if period else float("inf")
+        self._tick_due = False
+        self._tick_queued = False
+        self._tick_el = (SYSTEM_TASK_ID, TICK_STREAM, [period])
+        #: ticks given to the bolt
+        self.ticks = 0
 
     def _make_collector(self, routers: dict) -> BoltCollector:
         # a BatchBolt's inputs gathered in this pass over the queue
@@ -30,7 +58,10 @@ class BoltExecutor(ExecutorCore):
             return
         src, s, values = el[0], el[1], el[2]
         if s < 0:
-            self._control(src, s, values)
+            if s == TICK_STREAM and src == SYSTEM_TASK_ID:
+                self._tick(values)
+            else:
+                self._control(src, s, values)
             return
         comp, sid, fields = self.streams[s]
         tup = Tuple(values, fields, comp, src, sid, el[3] if len(el) > 3 else None)
@@ -58,6 +89,46 @@ class BoltExecutor(ExecutorCore):
                 self.latency_sum_s += time.perf_counter() - t0
                 self.latency_n += 1
         self.executed += 1
+
+    def _tick(self, values: list) -> None:
+        """Give the bolt a tick tuple (not anchored, not acked, not counted as executed);
+        a ``BatchBolt`` runs the inputs gathered before it first."""
+        self._tick_queued = False
+        if self._batch_in:
+            self.run_batch()
+        tup = Tuple(values, TICK_FIELDS, SYSTEM_COMPONENT_ID, SYSTEM_TASK_ID,
+                    SYSTEM_TICK_STREAM_ID)
+        tup.done = True  # an ack or fail of a tick does nothing
+        col = self.collector
+        col.current = tup
+        try:
+            self.obj.execute(tup)
+        except Exception as e:  # user code: report, go on
+            self.errors.report(e, "execute (tick)")
+        finally:
+            col.current = None
+        self.ticks += 1
+
+    def _timers(self, expire: bool) -> None:
+        super()._timers(expire)
+        if self.tick_s is None:
+            return
+        now = self.clock()
+        if now >= self._next_tick:
+            self._tick_due = True  # ticks due meanwhile collapse into this one
+            self._next_tick += self.tick_s
+            if self._next_tick <= now:  # behind by more than a period: start afresh
+                self._next_tick = now + self.tick_s
+        if self._tick_due and not self._tick_queued and self.upstream_open:
+            if self.queue.try_publish_direct(self._tick_el):
+                self._tick_due, self._tick_queued = False, True
+
+    def _wait_limit(self) -> float | None:
+        limit = super()._wait_limit()
+        if self.tick_s is None or self._tick_queued:
+            return limit
+        until_tick = max(0.0, self._next_tick - self.clock())
+        return until_tick if limit is None else min(limit, until_tick)
 
     def run_batch(self) -> None:
         """A ``BatchBolt``'s ``execute_batch`` on the inputs gathered so far (executor

@@ -41,7 +41,8 @@ _EXT_DATETIME, _EXT_DATE, _EXT_DECIMAL, _EXT_TIME = 1, 2, 3, 4
 _EXT_ARROW_BATCH, _EXT_ARROW_TABLE = 5, 6
 
 #: The lowest stream index on the wire: negative indices are system streams (end of
-#: stream -1; the acking streams -2 to -8, see actors/_executor.py).
+#: stream -1; the acking streams -2 to -8, see actors/_acking.py; the tick, -9, never
+#: travels: a frame carrying it is malformed).
 MIN_STREAM_INDEX = -8
 
 #: Default cap on one frame, in bytes (64 MiB).

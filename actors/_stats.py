@@ -71,7 +71,7 @@ class TaskStats:
     Tuples: ``emitted`` (by user code), ``transferred`` (handed to destination tasks, one
     per destination), ``executed`` (given to ``execute``), ``acked`` / ``failed`` (a spout:
     its trees, timeouts included; a bolt: its inputs; an acker: trees it completed /
-    failed).
+    failed), ``ticks`` (tick tuples given to a bolt; not in ``executed``).
 
     Acking (Storm's acker protocol, actors/_acking.py): ``timeouts`` (trees failed by
     ``topology.message.timeout.secs``), ``pending_tuples`` (a spout's trees in flight, an
@@ -121,6 +121,7 @@ class TaskStats:
     emitted: int = 0
     transferred: int = 0
     executed: int = 0
+    ticks: int = 0
     acked: int = 0
     failed: int = 0
     timeouts: int = 0
@@ -230,6 +231,7 @@ def task_stats(core: Any, interval: IntervalMetrics | None = None) -> TaskStats:
         uptime_s=(end - core.started_at) if core.started_at else 0.0,
         progress=_spout_progress(core),
         emitted=core.emitted, transferred=out.transferred(), executed=core.executed,
+        ticks=getattr(core, "ticks", 0),
         acked=core.acked, failed=core.failed,
         timeouts=getattr(ledger, "timeouts", 0),
         pending_tuples=getattr(ledger, "pending", 0),

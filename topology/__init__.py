@@ -30,13 +30,14 @@ from topology._errors import ConfigError, EmitError, TopologyError
 from topology._fields import Fields
 from topology._sinks import DatasetSink
 from topology._spouts import CollectorBolt, IterableSpout
-from topology._tuple import Tuple
+from topology._tuple import SYSTEM_COMPONENT_ID, SYSTEM_TICK_STREAM_ID, Tuple
 
 __all__ = [
     "ACKER_ID", "BatchBolt", "Bolt", "BoltDeclarer", "CONFIG_KEYS", "CollectorBolt",
     "ComponentSpec", "ConfigError", "ConfigKey", "DEFAULTS", "DEFAULT_STREAM", "DataFrameSpout",
     "DatasetSink", "EmitError", "Fields", "GROUPINGS", "Grouping", "IterableSpout",
-    "OutputCollector", "OutputFieldsDeclarer", "Spout", "SpoutDeclarer", "SpoutOutputCollector",
-    "StormTopology", "TopologyBuilder", "TopologyContext", "TopologyError", "Tuple",
+    "OutputCollector", "OutputFieldsDeclarer", "SYSTEM_COMPONENT_ID", "SYSTEM_TICK_STREAM_ID",
+    "Spout", "SpoutDeclarer", "SpoutOutputCollector", "StormTopology", "TopologyBuilder",
+    "TopologyContext", "TopologyError", "Tuple",
     "effective_batch_size", "make_config",
 ]

@@ -13,7 +13,8 @@ from types import MappingProxyType
 from typing import Any
 
 from topology._components import DEFAULT_STREAM, Bolt, OutputFieldsDeclarer, Spout
-from topology._errors import TopologyError
+from topology._config import make_config
+from topology._errors import ConfigError, TopologyError
 from topology._fields import Fields
 
 #: The grouping kinds, Storm's names.
@@ -115,6 +116,21 @@ class SpoutDeclarer:
     def add_configuration(self, key: str, value: Any) -> SpoutDeclarer:
         self._builder._conf[self._id][key] = value
         return self
+
+
+def _component_conf(cid: str, obj: Any, declared: dict) -> dict:
+    """A component's own config: its ``get_component_configuration()`` under what its
+    declarer's ``add_configuration`` set (Storm merges them in this order), validated.
+
+    Raises:
+        TopologyError: a key or value ``make_config`` refuses, naming the component.
+    """
+    conf = {**(obj.get_component_configuration() or {}), **declared}
+    try:
+        make_config(conf)
+    except ConfigError as e:
+        raise TopologyError(f"component {cid!r}: {e}") from None
+    return conf
 
 
 #: Component id of the acker system bolt (Storm's ``__acker``).
@@ -401,6 +417,6 @@ class TopologyBuilder:
                 inputs=tuple(self._inputs[cid]),
                 streams=MappingProxyType(dict(streams[cid].streams)),
                 direct_streams=frozenset(streams[cid].direct),
-                conf=MappingProxyType(dict(self._conf[cid])))
+                conf=MappingProxyType(_component_conf(cid, obj, self._conf[cid])))
             for cid, obj in self._objs.items()}
         return StormTopology(comps)

@@ -151,6 +151,15 @@ _KEYS: list[ConfigKey] = [
               minimum=0),
     ConfigKey("topology.max.spout.pending", (int,), None,
               "Storm's default (no cap); used once acking is on.", minimum=1, nullable=True),
+    ConfigKey("topology.tick.tuple.freq.secs", (int, float), None,
+              "Storm's default (no ticks). Set for the topology or per bolt (add_configuration "
+              "or get_component_configuration): every task of the bolt gets a tick tuple "
+              "(Tuple.is_tick) at this period, through its receive queue behind the data. "
+              "The executor never blocks on its own queue for one: a tick that finds it "
+              "full, or finds the previous tick still queued, waits, and ticks falling due "
+              "meanwhile collapse into it. Fractions of a second are accepted (Storm takes "
+              "whole seconds). Spouts and ackers get none: their timeouts run on the "
+              "executor's own timers.", minimum=0.001, nullable=True),
     ConfigKey("topology.message.timeout.secs", (int, float), 30, "Storm's default.",
               minimum=0),
     ConfigKey("topology.acker.executors", (int,), None,

@@ -6,6 +6,13 @@ from typing import Any
 
 from topology._fields import Fields
 
+#: Component id of the system's tuples (Storm's ``Constants.SYSTEM_COMPONENT_ID``).
+SYSTEM_COMPONENT_ID = "__system"
+#: Stream id of tick tuples (Storm's ``Constants.SYSTEM_TICK_STREAM_ID``).
+SYSTEM_TICK_STREAM_ID = "__tick"
+#: A tick tuple's one field: its period in seconds (Storm's tick value).
+TICK_FIELDS = Fields(("rate_secs",))
+
 
 class Tuple:
     """A list of values with field names, its source and stream.
@@ -39,6 +46,13 @@ class Tuple:
         self.ack_val = 0
         #: acked or failed already
         self.done = False
+
+    def is_tick(self) -> bool:
+        """True for a tick tuple (Storm's ``TupleUtils.isTick``): from ``__system`` on the
+        stream ``__tick``, sent every ``topology.tick.tuple.freq.secs``. Ticks are neither
+        anchored nor acked (acking one does nothing)."""
+        return (self.source_stream == SYSTEM_TICK_STREAM_ID
+                and self.source_component == SYSTEM_COMPONENT_ID)
 
     def __getitem__(self, key: str | int) -> Any:
         """``tup["word"]`` by field name, or ``tup[0]`` by position; ``KeyError``/``IndexError``."""
