@@ -7,7 +7,7 @@ import time
 
 from actors._acking import SystemStream
 from actors._collectors import BoltCollector
-from actors._executor import FLUSH, ExecutorCore
+from actors._executor import EOS_STREAM, FLUSH, ExecutorCore
 from topology import SYSTEM_COMPONENT_ID, SYSTEM_TICK_STREAM_ID, BatchBolt, Tuple
 from topology._tuple import TICK_FIELDS
 
@@ -40,6 +40,8 @@ class BoltExecutor(ExecutorCore):
         self._tick_el = (SYSTEM_TASK_ID, TICK_STREAM, [period])
         #: ticks given to the bolt
         self.ticks = 0
+        # told when an upstream task ends its stream (a windowed bolt's watermark)
+        self._upstream_ended = getattr(self.obj, "upstream_ended", None)
 
     def _make_collector(self, routers: dict) -> BoltCollector:
         # a BatchBolt's inputs gathered in this pass over the queue
@@ -89,6 +91,14 @@ class BoltExecutor(ExecutorCore):
                 self.latency_sum_s += time.perf_counter() - t0
                 self.latency_n += 1
         self.executed += 1
+
+    def _control(self, src: int, s: int, values) -> None:
+        super()._control(src, s, values)
+        if s == EOS_STREAM and self._upstream_ended is not None:
+            try:
+                self._upstream_ended(src)
+            except Exception as e:  # user code (a windowed bolt's execute): report, go on
+                self.errors.report(e, "execute")
 
     def _tick(self, values: list) -> None:
         """Give the bolt a tick tuple (not anchored, not acked, not counted as executed);

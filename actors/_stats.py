@@ -105,6 +105,11 @@ class TaskStats:
 
     Errors: ``error_count`` and ``errors`` (each kind with count and last traceback).
 
+    Windows (a windowed bolt; None for other components, see topology/_windowed_executor.py):
+    ``window_held`` (tuples held in windows or waiting for the watermark, outside the
+    bounded queues), ``watermark_ms`` (epoch ms), ``watermark_lag_ms`` (behind the newest
+    timestamp), ``windows_fired``, ``late_tuples``, ``bad_timestamps``.
+
     Last metrics interval: the :class:`IntervalMetrics` fields. A task that has not yet
     closed an interval shows None for the rates, fractions, latency and level (never a
     false 0% or 100%), and ``stalled`` False.
@@ -166,6 +171,12 @@ class TaskStats:
     sink_resets: int = 0
     error_count: int = 0
     errors: list[dict] = field(default_factory=list)
+    window_held: int | None = None
+    watermark_ms: int | None = None
+    watermark_lag_ms: int | None = None
+    windows_fired: int | None = None
+    late_tuples: int | None = None
+    bad_timestamps: int | None = None
     interval_s: float | None = None
     executed_per_s: float | None = None
     emitted_per_s: float | None = None
@@ -256,5 +267,12 @@ def task_stats(core: Any, interval: IntervalMetrics | None = None) -> TaskStats:
         early_frames=inb.early_frames, stale_frames=inb.stale_frames,
         epoch_resets=inb.epoch_resets, lost_frames=inb.lost_frames,
         late_items=inb.late_items,
-        error_count=core.errors.total, errors=core.errors.snapshot())
+        error_count=core.errors.total, errors=core.errors.snapshot(),
+        **_window_stats(core))
     return stats.with_interval(interval)
+
+
+def _window_stats(core: Any) -> dict[str, Any]:
+    """A windowed bolt's ``window_stats()`` (empty for other components)."""
+    f = getattr(core.obj, "window_stats", None)
+    return f() if callable(f) else {}

@@ -152,6 +152,24 @@ class TopologyStats:
                 "stalled": sum(t.stalled for t in ts)})
         return out
 
+    def windows(self) -> list[dict]:
+        """One row per windowed bolt: ``component``, ``held`` (tuples in windows or waiting
+        for the watermark, summed over tasks), ``watermark_ms`` (the lowest over tasks,
+        epoch ms; None in processing time or before one is known), ``watermark_lag_ms``
+        (the largest), ``fired``, ``late``, ``bad`` (summed)."""
+        out = []
+        for c in sorted({t.component for t in self.tasks if t.windows_fired is not None}):
+            ts = self.component(c)
+            wms = [t.watermark_ms for t in ts if t.watermark_ms is not None]
+            lags = [t.watermark_lag_ms for t in ts if t.watermark_lag_ms is not None]
+            out.append({"component": c, "held": sum(t.window_held or 0 for t in ts),
+                        "watermark_ms": min(wms) if wms else None,
+                        "watermark_lag_ms": max(lags) if lags else None,
+                        "fired": sum(t.windows_fired or 0 for t in ts),
+                        "late": sum(t.late_tuples or 0 for t in ts),
+                        "bad": sum(t.bad_timestamps or 0 for t in ts)})
+        return out
+
     def _repr_html_(self) -> str:
         return stats_html(self)
 
@@ -171,6 +189,7 @@ class TopologyStats:
                          f"{sum(t.backpressure_wait_ms for t in ts):>12.1f}{r['errors']:>8}"
                          f"  {fmt(r['busy'], '.0%'):>5} {fmt(r['backpressured'], '.0%'):>5}"
                          f"  {r['level']}")
+        lines += window_lines(self)
         for t in self.stalled_tasks():
             lines.append(f"STALLED {t.component}:{t.task} for {t.stalled_seconds:.0f} s "
                          f"({t.queue_population + t.overflow} queued, {t.pending_emits} "
@@ -184,6 +203,14 @@ class TopologyStats:
         if p50 is not None:
             lines.append(f"halt-lag p50 {p50:.2f} ms, p99 {self.halt_lag_ms(0.99):.2f} ms")
         return "\n".join(lines)
+
+
+def window_lines(stats: TopologyStats) -> list[str]:
+    """:meth:`TopologyStats.windows` as text lines (the summary and the CLI)."""
+    return [f"window {w['component']}: {w['held']} held, watermark "
+            f"{fmt(w['watermark_ms'], 'd')} (lag {fmt(w['watermark_lag_ms'], ',d')} ms), "
+            f"{w['fired']} fired, {w['late']} late, {w['bad']} bad"
+            for w in stats.windows()]
 
 
 def fmt(value: float | None, spec: str) -> str:
@@ -223,6 +250,7 @@ def stats_html(stats: TopologyStats, progress: dict[str, tuple[int, int | None]]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     stalled = "".join(f"<li>STALLED {escape(t.component)}:{t.task} for "
                       f"{t.stalled_seconds:.0f} s</li>" for t in stats.stalled_tasks())
+    stalled += "".join(f"<li>{escape(line)}</li>" for line in window_lines(stats))
     return (f"<div><b>topology {escape(stats.name)}</b>: {len(stats.tasks)} tasks, {state}"
             f"<table><thead><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>"
