@@ -47,7 +47,8 @@ class SystemStream(IntEnum):
     ACKER_ACK = -6  #: acker → spout: the tree completed
     ACKER_FAIL = -7  #: acker → spout: the tree failed
     ACKER_RESET_TIMEOUT = -8  #: acker → spout: restart the tree's timeout
-    TICK = -9  #: the executor → itself: a tick tuple (never on the wire)
+    DRAINED = -9  #: upstream → downstream: no new data follows, only replays (ours)
+    TICK = -10  #: the executor → itself: a tick tuple (never on the wire)
 
     @property
     def storm_name(self) -> str:
@@ -57,7 +58,8 @@ class SystemStream(IntEnum):
 
 _STORM_NAMES = dict(zip(SystemStream, ["__eos", "__ack_init", "__ack_ack", "__ack_fail",
                                          "__ack_reset_timeout", "__ack_ack", "__ack_fail",
-                                         "__ack_reset_timeout", "__tick"], strict=True))
+                                         "__ack_reset_timeout", "__drained", "__tick"],
+                        strict=True))
 
 # plain ints for the per-tuple paths and the wire (an IntEnum compares as its int)
 ACK_INIT = int(SystemStream.ACK_INIT)

@@ -40,8 +40,11 @@ class BoltExecutor(ExecutorCore):
         self._tick_el = (SYSTEM_TASK_ID, TICK_STREAM, [period])
         #: ticks given to the bolt
         self.ticks = 0
-        # told when an upstream task ends its stream (a windowed bolt's watermark)
+        # told when an upstream task sends no new data (a windowed bolt's watermark)
         self._upstream_ended = getattr(self.obj, "upstream_ended", None)
+        #: upstream tasks drained or ended; DRAINED passed on once all inputs are
+        self.upstream_drained: set[int] = set()
+        self._drained_sent = False
 
     def _make_collector(self, routers: dict) -> BoltCollector:
         # a BatchBolt's inputs gathered in this pass over the queue
@@ -94,11 +97,22 @@ class BoltExecutor(ExecutorCore):
 
     def _control(self, src: int, s: int, values) -> None:
         super()._control(src, s, values)
-        if s == EOS_STREAM and self._upstream_ended is not None:
+        if s == EOS_STREAM:
+            self._on_drained(src)
+
+    def _on_drained(self, src: int) -> None:
+        if self.is_acker or src in self.upstream_drained:
+            return
+        self.upstream_drained.add(src)
+        if self._upstream_ended is not None:
             try:
                 self._upstream_ended(src)
             except Exception as e:  # user code (a windowed bolt's execute): report, go on
                 self.errors.report(e, "execute")
+        if (not self._drained_sent and self.upstream_open
+                and self.upstream_open <= self.upstream_drained):
+            self._drained_sent = True
+            self.send_drained()
 
     def _tick(self, values: list) -> None:
         """Give the bolt a tick tuple (not anchored, not acked, not counted as executed);

@@ -41,9 +41,9 @@ _EXT_DATETIME, _EXT_DATE, _EXT_DECIMAL, _EXT_TIME = 1, 2, 3, 4
 _EXT_ARROW_BATCH, _EXT_ARROW_TABLE = 5, 6
 
 #: The lowest stream index on the wire: negative indices are system streams (end of
-#: stream -1; the acking streams -2 to -8, see actors/_acking.py; the tick, -9, never
-#: travels: a frame carrying it is malformed).
-MIN_STREAM_INDEX = -8
+#: stream -1; the acking streams -2 to -8 and the drained marker -9, see actors/_acking.py;
+#: the tick, -10, never travels: a frame carrying it is malformed).
+MIN_STREAM_INDEX = -9
 
 #: Default cap on one frame, in bytes (64 MiB).
 DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024

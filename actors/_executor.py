@@ -53,6 +53,8 @@ FLUSH = ("__flush__",)
 #: Wire stream index of the end-of-stream marker.
 EOS_STREAM = int(SystemStream.EOS)
 _EOS_MSG = (EOS_STREAM, None)
+DRAINED_STREAM = int(SystemStream.DRAINED)
+_DRAINED_MSG = (DRAINED_STREAM, None)
 
 
 class ExecutorCore:
@@ -228,12 +230,27 @@ class ExecutorCore:
         message (counted as bad and dropped if malformed)."""
         if s == EOS_STREAM:
             self.upstream_open.discard(src)
+        elif s == DRAINED_STREAM:
+            self._on_drained(src)
         elif self.is_spout or self.is_acker:
             calls = self.ledger.on_system_message(src, s, values, time.monotonic())
             if calls.acks or calls.fails:
                 self._user_calls(calls)
             if self.ledger.messages_due:
                 self.flush_acks()
+
+    def _on_drained(self, src: int) -> None:
+        """Upstream task ``src`` will send no new data, only replays (see
+        :meth:`send_drained`); a bolt passes it on once all its inputs are drained."""
+
+    def send_drained(self) -> None:
+        """Tell every downstream task that this task sends no new data from now on, only
+        replays and then its end of stream: a source whose input is exhausted while its
+        trees are pending. Windowed bolts downstream stop waiting for this task's event
+        time (their watermark), so the windows holding those trees fire and ack them
+        (otherwise the trees would wait for the end of stream, and it for them)."""
+        for t in self.destinations:
+            self.outbox.transfer(t, _DRAINED_MSG)
 
     def _make_collector(self, routers: dict):
         raise NotImplementedError  # SpoutExecutor, BoltExecutor

@@ -23,6 +23,8 @@ from backpressure import FlowControlPolicy, JCQueue, QueueInterrupted, Report
 logger = logging.getLogger("storm_on_ray.executor")
 
 EOS_STREAM = int(SystemStream.EOS)
+#: markers at the end of a sender's stream: never dropped, nor refused
+_MARKERS = (EOS_STREAM, int(SystemStream.DRAINED))
 
 
 class _Sender:
@@ -170,9 +172,9 @@ class Inbound:
         """
         q = self.queue
         elements = [(src_task, *it) for it in items]
-        eos = elements[-1:] if elements and elements[-1][1] == EOS_STREAM else []
-        if eos:  # the end of stream is never dropped, nor refused
-            elements = elements[:-1]
+        eos = []  # the end of stream, and the drained marker before it, never dropped
+        while elements and elements[-1][1] in _MARKERS:
+            eos.insert(0, elements.pop())
         dropped = 0
         if elements and not self.policy.admit(src_task, len(elements)):
             dropped = len(elements)

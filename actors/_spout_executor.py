@@ -64,7 +64,7 @@ class SpoutExecutor(ExecutorCore):
         handle, col = self.handle, self.collector
         counter = skips  # check the queue on the first iteration
         idle = bp_idle = 0
-        exhausted = False
+        exhausted = exhausted_once = False
         calls, sample = 0, self._sample_every
         while not self._stop:
             recv = 0
@@ -109,6 +109,9 @@ class SpoutExecutor(ExecutorCore):
                 self._user_calls(UserCalls(ledger.take_acks_due(), []))
                 if not trees:
                     return
+                if not exhausted_once:
+                    exhausted_once = True
+                    self.send_drained()
                 exhausted = True
                 self._fails_since_exhausted = False
                 continue

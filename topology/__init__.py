@@ -31,13 +31,16 @@ from topology._fields import Fields
 from topology._sinks import DatasetSink
 from topology._spouts import CollectorBolt, IterableSpout
 from topology._tuple import SYSTEM_COMPONENT_ID, SYSTEM_TICK_STREAM_ID, Tuple
+from topology._windowed_executor import WindowedBoltExecutor
+from topology._windows import Count, Duration, TupleWindow, WindowedBolt
 
 __all__ = [
-    "ACKER_ID", "BatchBolt", "Bolt", "BoltDeclarer", "CONFIG_KEYS", "CollectorBolt",
+    "ACKER_ID", "BatchBolt", "Bolt", "BoltDeclarer", "CONFIG_KEYS", "CollectorBolt", "Count",
     "ComponentSpec", "ConfigError", "ConfigKey", "DEFAULTS", "DEFAULT_STREAM", "DataFrameSpout",
-    "DatasetSink", "EmitError", "Fields", "GROUPINGS", "Grouping", "IterableSpout",
+    "DatasetSink", "Duration", "EmitError", "Fields", "GROUPINGS", "Grouping", "IterableSpout",
     "OutputCollector", "OutputFieldsDeclarer", "SYSTEM_COMPONENT_ID", "SYSTEM_TICK_STREAM_ID",
     "Spout", "SpoutDeclarer", "SpoutOutputCollector", "StormTopology", "TopologyBuilder",
-    "TopologyContext", "TopologyError", "Tuple",
+    "TopologyContext", "TopologyError", "Tuple", "TupleWindow", "WindowedBolt",
+    "WindowedBoltExecutor",
     "effective_batch_size", "make_config",
 ]

@@ -16,6 +16,8 @@ from topology._components import DEFAULT_STREAM, Bolt, OutputFieldsDeclarer, Spo
 from topology._config import make_config
 from topology._errors import ConfigError, TopologyError
 from topology._fields import Fields
+from topology._windowed_executor import WindowedBoltExecutor
+from topology._windows import WindowedBolt
 
 #: The grouping kinds, Storm's names.
 GROUPINGS = ("shuffle", "fields", "all", "global", "direct", "local_or_shuffle", "none")
@@ -116,6 +118,23 @@ class SpoutDeclarer:
     def add_configuration(self, key: str, value: Any) -> SpoutDeclarer:
         self._builder._conf[self._id][key] = value
         return self
+
+
+def _check_timestamp_field(cid: str, obj: Any, inputs: list, streams: dict) -> None:
+    """A windowed bolt in event time needs its timestamp field on every input stream.
+
+    Raises:
+        TopologyError: naming the bolt, the field and the stream that lacks it.
+    """
+    field = obj.spec.timestamp_field if isinstance(obj, WindowedBoltExecutor) else None
+    if field is None:
+        return
+    for g in inputs:
+        fields = streams[g.source].streams.get(g.stream) if g.source in streams else None
+        if fields is not None and field not in fields:
+            raise TopologyError(
+                f"bolt {cid!r}: timestamp field {field!r} is not declared by stream "
+                f"{g.stream!r} of {g.source!r}; its fields are {list(fields)}")
 
 
 def _component_conf(cid: str, obj: Any, declared: dict) -> dict:
@@ -343,12 +362,23 @@ class TopologyBuilder:
         self._add(spout_id, spout, parallelism_hint)
         return SpoutDeclarer(self, spout_id)
 
-    def set_bolt(self, bolt_id: str, bolt: Bolt, parallelism_hint: int = 1) -> BoltDeclarer:
+    def set_bolt(self, bolt_id: str, bolt: Bolt | WindowedBolt,
+                 parallelism_hint: int = 1) -> BoltDeclarer:
         """Add a bolt with ``parallelism_hint`` tasks; subscribe it with the returned declarer.
+        A :class:`WindowedBolt` runs inside a ``WindowedBoltExecutor`` (Storm's).
 
         Raises:
-            TopologyError: duplicate id, or ``bolt`` is not a :class:`Bolt`.
+            TopologyError: duplicate id; ``bolt`` is neither a :class:`Bolt` nor a
+                :class:`WindowedBolt`; a windowed bolt's window cannot work (naming the
+                component and the setting).
         """
+        if isinstance(bolt, WindowedBolt):
+            try:
+                spec = bolt.window_spec()
+                spec.validate(bolt_id)
+            except ConfigError as e:
+                raise TopologyError(f"bolt {bolt_id!r}: {e}") from None
+            bolt = WindowedBoltExecutor(bolt)
         if not isinstance(bolt, Bolt):
             raise TopologyError(f"bolt {bolt_id!r} must be a Bolt instance, got "
                                 f"{type(bolt).__name__}")
@@ -377,6 +407,7 @@ class TopologyBuilder:
         for cid, inputs in self._inputs.items():
             if isinstance(self._objs[cid], Bolt) and not inputs:
                 raise TopologyError(f"bolt {cid!r} has no inputs: subscribe it with a grouping")
+            _check_timestamp_field(cid, self._objs[cid], inputs, streams)
             for g in inputs:
                 if g.kind not in GROUPINGS:
                     raise TopologyError(f"bolt {cid!r}: unknown grouping {g.kind!r}")

@@ -160,6 +160,33 @@ _KEYS: list[ConfigKey] = [
               "meanwhile collapse into it. Fractions of a second are accepted (Storm takes "
               "whole seconds). Spouts and ackers get none: their timeouts run on the "
               "executor's own timers.", minimum=0.001, nullable=True),
+    ConfigKey("topology.bolts.window.length.count", (int,), None,
+              "Storm's key, set per windowed bolt by WindowedBolt.with_window (Count).",
+              minimum=1, nullable=True),
+    ConfigKey("topology.bolts.window.length.duration.ms", (int,), None,
+              "Storm's key, set per windowed bolt by WindowedBolt.with_window (Duration).",
+              minimum=1, nullable=True),
+    ConfigKey("topology.bolts.window.sliding.interval.count", (int,), None,
+              "Storm's key, set per windowed bolt by WindowedBolt.with_window (Count).",
+              minimum=1, nullable=True),
+    ConfigKey("topology.bolts.window.sliding.interval.duration.ms", (int,), None,
+              "Storm's key, set per windowed bolt by WindowedBolt.with_window (Duration).",
+              minimum=1, nullable=True),
+    ConfigKey("topology.bolts.tuple.timestamp.field.name", (str,), None,
+              "Storm's key (WindowedBolt.with_timestamp_field): event time from this field, "
+              "a datetime (naive read as UTC) or epoch ms; unset means processing time.",
+              nullable=True),
+    ConfigKey("topology.bolts.tuple.timestamp.max.lag.ms", (int,), None,
+              "Storm's key (WindowedBolt.with_lag): how far a tuple's timestamp may trail "
+              "the newest before it is late; unset means 0, as Storm.", minimum=0,
+              nullable=True),
+    ConfigKey("topology.bolts.watermark.event.interval.ms", (int,), None,
+              "Storm's key (WindowedBolt.with_watermark_interval): how often the watermark "
+              "may move, in processing time; unset means 1000, as Storm.", minimum=1,
+              nullable=True),
+    ConfigKey("topology.bolts.late.tuple.stream", (str,), None,
+              "Storm's key (WindowedBolt.with_late_tuple_stream): late tuples go to this "
+              "stream instead of being counted and dropped.", nullable=True),
     ConfigKey("topology.message.timeout.secs", (int, float), 30, "Storm's default.",
               minimum=0),
     ConfigKey("topology.acker.executors", (int,), None,
