@@ -26,9 +26,10 @@ from actors._codec import FrameError, decode_batch, decode_status, encode_batch,
 from actors._executor import EOS_STREAM, ExecutorCore, make_executor
 from actors._gc import freeze_startup_objects, tune_gc
 from actors._metrics import RayMetricsExport, TaskMetrics
+from actors._routing import TASK, WORKER, actor_name
 from actors._stats import TaskStats
 from actors._store import StoredTopology
-from actors._transfer import FRAME_LOST, executor_name, transfer_name
+from actors._transfer import FRAME_LOST
 from backpressure import BackPressureStatus
 
 logger = logging.getLogger("storm_on_ray.actor")
@@ -194,7 +195,7 @@ class ExecutorActor:
         conf: the validated topology config.
         task_id: the task this actor runs.
         task_worker: task id → worker index.
-        prefix: the actor-name prefix of this submit (see :func:`executor_name`); None for
+        prefix: the actor-name prefix of this submit (see :func:`actor_name`); None for
             an unnamed actor that cannot rejoin.
     """
 
@@ -225,12 +226,12 @@ class ExecutorActor:
         core, prefix = self.core, self._prefix
         logger.warning("%s:%d: restarted by Ray; rejoining topology %r", core.component_id,
                        core.task_id, core.topology_name)
-        handles = {t: ray.get_actor(executor_name(prefix, t)) for t in core.destinations
+        handles = {t: ray.get_actor(actor_name(prefix, TASK, t)) for t in core.destinations
                    if t != core.task_id}
         workers = {core.task_worker.get(t, 0) for t in core.destinations} | {core.worker}
         transfers = {}
         if len(set(core.task_worker.values())) > 1:
-            transfers = {w: ray.get_actor(transfer_name(prefix, w)) for w in workers}
+            transfers = {w: ray.get_actor(actor_name(prefix, WORKER, w)) for w in workers}
         self.connect(handles, transfers)
         if self._transfer is not None:
             try:
@@ -244,7 +245,7 @@ class ExecutorActor:
             done = []
             for t in ups:
                 try:
-                    if ray.get(ray.get_actor(executor_name(prefix, t)).is_done.remote(),
+                    if ray.get(ray.get_actor(actor_name(prefix, TASK, t)).is_done.remote(),
                                timeout=timeout):
                         done.append(t)
                 except Exception as e:  # restarting too: its end marker will come

@@ -1,19 +1,24 @@
-"""Groupings turned into routers: for one emitter's stream, values → target task ids.
+"""Where a task's tuples go: groupings turned into routers, each task's links (the user's
+edges plus the acking system streams), and the Ray actor name each task answers to.
 
 Storm's ``GrouperFactory`` groupings. Fields grouping hashes with a process-independent
 hash (CRC-32 of text, the integer itself for ints) because Python's ``hash(str)`` differs
 between processes, and every emitter task must send a key to the same consumer task.
+
+No Ray here: the submit's plan (``cluster/_plan.py``) reads the links without Ray.
 """
 
 from __future__ import annotations
 
 import random
+import re
 import zlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import msgpack
 
-from topology import EmitError, Fields, StormTopology
+from topology import ACKER_ID, EmitError, Fields, StormTopology
 
 
 def stable_hash(value: object) -> int:
@@ -168,14 +173,101 @@ class TaskLinks:
     remote_upstream: frozenset[int]
 
 
+def acking_links(topology: StormTopology, component: str) -> tuple[list[int], list[int]]:
+    """The acking system streams of ``component``'s tasks: ``(sources, destinations)``,
+    the task ids they receive acking messages from and send them to (both empty when
+    acking is off).
+
+    Storm's system topology: every spout sends ``__ack_init`` to the ackers, every bolt
+    ``__ack_ack``/``__ack_fail`` to the ackers, and the ackers send the outcome back to the
+    spouts. Two links are this runtime's own: a bolt that completes a one-ack tree sends
+    the outcome straight to the tree's spout (``BoltLedger``, actors/_acking.py), so every
+    bolt also sends to every spout task; and with ``topology.acker.in.spouts`` the spout
+    tasks are the ackers, so bolts send to them and spouts send no acking message.
+    """
+    ackers = list(topology.acker_tasks)
+    if not ackers:
+        return [], []
+    spouts = list(topology.spout_tasks)
+    if component == ACKER_ID:
+        return sorted(t for c, ts in topology.component_tasks.items() if c != ACKER_ID
+                      for t in ts), spouts
+    if topology.is_spout(component):
+        bolts = sorted(t for c, ts in topology.component_tasks.items()
+                       if c != ACKER_ID and not topology.is_spout(c) for t in ts)
+        return (bolts, []) if topology.ackers_in_spouts else (bolts + ackers, ackers)
+    return [], ackers if topology.ackers_in_spouts else ackers + spouts
+
+
 def task_links(topology: StormTopology, task: int, task_worker: dict[int, int]) -> TaskLinks:
-    """The :class:`TaskLinks` of ``task`` (``task_worker``: task id → worker index)."""
+    """The :class:`TaskLinks` of ``task`` (``task_worker``: task id → worker index): the
+    topology's edges plus its :func:`acking_links`."""
     cid = topology.task_component(task)
     tasks_of, back = topology.component_tasks, topology.back_edges
-    upstream = frozenset(topology.upstream_tasks(cid))
+    ack_sources, ack_dests = acking_links(topology, cid)
+    upstream = frozenset(topology.upstream_tasks(cid) + ack_sources)
     worker = task_worker.get(task, 0)
     return TaskLinks(
-        tuple(topology.downstream_tasks(cid)), upstream,
+        tuple(topology.downstream_tasks(cid) + ack_dests), upstream,
         frozenset(t for (a, b) in back if a == cid for t in tasks_of[b]),
         frozenset(t for (a, b) in back if b == cid for t in tasks_of[a]),
         frozenset(t for t in upstream if task_worker.get(t, 0) != worker))
+
+
+# -- actor names: how a restarted actor, or another driver, finds a task's actor ----------
+#: The kinds of named actor a submit creates: an executor per task (named by task id) and,
+#: with several workers, a transfer actor per worker (named by worker index).
+TASK, WORKER = "task", "worker"
+
+
+class ActorName(NamedTuple):
+    """A parsed actor name (:func:`parse_actor_name`).
+
+    Attributes:
+        prefix: the submit's prefix (:func:`submit_prefix`).
+        topology: the topology name given at submit.
+        kind: :data:`TASK` or :data:`WORKER`.
+        index: the task id or worker index.
+    """
+
+    prefix: str
+    topology: str
+    kind: str
+    index: int
+
+
+def submit_prefix(topology_name: str, token: str) -> str:
+    """The prefix of every name one submit gives (actors, placement group, stored
+    topology): ``storm-<topology_name>-<token>``, ``token`` 8 lowercase hex digits, new
+    for each submit so a name can be reused once its topology is killed."""
+    return f"storm-{topology_name}-{token}"
+
+
+def actor_name(prefix: str | None, kind: str, index: int) -> str:
+    """The Ray actor name of task ``index``'s executor (``kind`` :data:`TASK`) or worker
+    ``index``'s transfer actor (:data:`WORKER`) in the submit named ``prefix``:
+    ``<prefix>-task-<id>`` / ``<prefix>-worker-<index>``; with ``prefix`` None, the name
+    within its submit (``task-<id>``, the keys of ``TopologyHandle.restarts``).
+
+    Raises:
+        ValueError: an unknown ``kind``.
+    """
+    if kind not in (TASK, WORKER):
+        raise ValueError(f"actor kind must be {TASK!r} or {WORKER!r}, got {kind!r}")
+    local = f"{kind}-{index}"
+    return local if prefix is None else f"{prefix}-{local}"
+
+
+# the inverse of submit_prefix + actor_name (tests/test_plan.py checks the round trip)
+_ACTOR_NAME = re.compile(
+    rf"^(?P<prefix>storm-(?P<topology>.+)-[0-9a-f]{{8}})-(?P<kind>{TASK}|{WORKER})-"
+    rf"(?P<index>\d+)$")
+
+
+def parse_actor_name(name: str) -> ActorName | None:
+    """The parts of an actor name made by :func:`actor_name` under a
+    :func:`submit_prefix`; None for any other name."""
+    m = _ACTOR_NAME.match(name)
+    if m is None:
+        return None
+    return ActorName(m["prefix"], m["topology"], m["kind"], int(m["index"]))

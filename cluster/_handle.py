@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import re
 import time
 from typing import Any
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from actors._routing import TASK, WORKER, actor_name, parse_actor_name
 from cluster._stats import TaskStats, TopologyStats, WorkerStats, stats_html
 from topology import StormTopology
 
@@ -197,8 +197,8 @@ class TopologyHandle:
         """Actor → times Ray restarted it: ``"task-<id>"`` for executors and
         ``"worker-<index>"`` for transfer actors (read from Ray's actor table; empty if it
         cannot be read)."""
-        named = {f"task-{t}": a for t, a in self.actors.items()}
-        named.update({f"worker-{w}": a for w, a in self.transfers.items()})
+        named = {actor_name(None, TASK, t): a for t, a in self.actors.items()}
+        named.update({actor_name(None, WORKER, w): a for w, a in self.transfers.items()})
         out = {}
         for key, a in named.items():
             n = _num_restarts(a)
@@ -389,22 +389,18 @@ def _is_dead(handle) -> bool:
     return rec is not None and rec.get("State") == "DEAD"
 
 
-# a submit's actor names: storm-<topology>-<uuid8>-task-<id> / -worker-<index>
-_NAME_RE = re.compile(r"^(storm-(?P<name>.+)-[0-9a-f]{8})-(?P<kind>task|worker)-(?P<n>\d+)$")
-
-
 def find_topologies() -> dict[str, dict]:
     """Topologies running on the connected Ray cluster, found by their actors' names (any
     namespace): name → ``{"prefix", "namespace", "tasks": {id: actor name},
     "workers": {index: actor name}}``."""
     out: dict[str, dict] = {}
     for entry in ray.util.list_named_actors(all_namespaces=True):
-        m = _NAME_RE.match(entry["name"])
-        if m is None:
+        n = parse_actor_name(entry["name"])
+        if n is None:
             continue
-        t = out.setdefault(m["name"], {"prefix": m[1], "namespace": entry["namespace"],
-                                       "tasks": {}, "workers": {}})
-        (t["tasks"] if m["kind"] == "task" else t["workers"])[int(m["n"])] = entry["name"]
+        t = out.setdefault(n.topology, {"prefix": n.prefix, "namespace": entry["namespace"],
+                                        "tasks": {}, "workers": {}})
+        (t["tasks"] if n.kind == TASK else t["workers"])[n.index] = entry["name"]
     return out
 
 

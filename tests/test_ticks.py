@@ -11,7 +11,7 @@ import pytest
 from actors import make_executor
 from tests._util import until
 from tests.components import SeqSpout
-from topology import Bolt, TopologyBuilder, TopologyError
+from topology import Bolt, ConfigError, TopologyBuilder
 
 TICK = "topology.tick.tuple.freq.secs"
 
@@ -152,9 +152,9 @@ def test_tick_frequency_set_per_component_or_for_the_topology(how):
 def test_add_configuration_overrides_the_components_own_and_bad_values_name_it():
     topo = _topology(TickRecorder({TICK: 5}), {TICK: 1})
     assert make_executor("t", topo, {}, 1, {1: 0, 2: 0}).tick_s == 1
-    with pytest.raises(TopologyError, match=r"component 'b'.*tick\.tuple\.freq\.secs"):
+    with pytest.raises(ConfigError, match=r"component 'b'.*tick\.tuple\.freq\.secs"):
         _topology(TickRecorder(), {TICK: 0})
-    with pytest.raises(TopologyError, match=r"component 'b'"):
+    with pytest.raises(ConfigError, match=r"component 'b'"):
         _topology(TickRecorder({TICK: "often"}))
 
 

@@ -7,7 +7,7 @@ stream and the field involved.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -120,17 +120,18 @@ class SpoutDeclarer:
         return self
 
 
-def _check_timestamp_field(cid: str, obj: Any, inputs: list, streams: dict) -> None:
+def _check_timestamp_field(cid: str, comps: Mapping[str, ComponentSpec]) -> None:
     """A windowed bolt in event time needs its timestamp field on every input stream.
 
     Raises:
         TopologyError: naming the bolt, the field and the stream that lacks it.
     """
+    obj = comps[cid].obj
     field = obj.spec.timestamp_field if isinstance(obj, WindowedBoltExecutor) else None
     if field is None:
         return
-    for g in inputs:
-        fields = streams[g.source].streams.get(g.stream) if g.source in streams else None
+    for g in comps[cid].inputs:
+        fields = comps[g.source].streams.get(g.stream) if g.source in comps else None
         if fields is not None and field not in fields:
             raise TopologyError(
                 f"bolt {cid!r}: timestamp field {field!r} is not declared by stream "
@@ -142,17 +143,19 @@ def _component_conf(cid: str, obj: Any, declared: dict) -> dict:
     declarer's ``add_configuration`` set (Storm merges them in this order), validated.
 
     Raises:
-        TopologyError: a key or value ``make_config`` refuses, naming the component.
+        ConfigError: a key or value ``make_config`` refuses, naming the component.
     """
     conf = {**(obj.get_component_configuration() or {}), **declared}
     try:
         make_config(conf)
     except ConfigError as e:
-        raise TopologyError(f"component {cid!r}: {e}") from None
+        raise ConfigError(f"component {cid!r}: {e}") from None
     return conf
 
 
-#: Component id of the acker system bolt (Storm's ``__acker``).
+#: Component id of the acker system bolt (Storm's ``__acker``). ``create_topology()`` never
+#: has it; the topology a submit runs (``with_ackers``, Storm's system topology) lists it as
+#: a system component, as Storm's UI does, when there are acker executors.
 ACKER_ID = "__acker"
 
 
@@ -167,6 +170,14 @@ class StormTopology:
     does), so a topology always gets the same ids. Acker tasks, when added by
     :meth:`with_ackers` at submit, take the ids after every user task, so adding them
     changes no user task id.
+
+    The graph is the user's: its components and their subscriptions. What
+    ``TopologyBuilder.create_topology()`` returns has nothing else. :meth:`with_ackers`
+    (Storm's system topology, built by the submit's plan, ``cluster/_plan.py``) adds the
+    acker executors as the system component ``__acker`` (:data:`ACKER_ID`), with its task
+    ids and no subscriptions: the acking system streams between spouts, bolts and ackers
+    are links of the runtime (``actors/_routing.py``, ``task_links``), not edges here, so
+    :meth:`upstream_tasks` and :meth:`downstream_tasks` never name an acker.
 
     With ``ackers_in_spouts`` (``topology.acker.in.spouts``) there is no acker component:
     every spout task tracks the trees of its own tuples, and :attr:`acker_tasks` are the
@@ -200,12 +211,11 @@ class StormTopology:
             if self.ackers_in_spouts else tasks.get(ACKER_ID, ()))
 
     def with_ackers(self, ackers: int, in_spouts: bool = False) -> StormTopology:
-        """This topology with ``ackers`` acker tasks (Storm's ``topology.acker.executors``).
-
-        Every spout and bolt task then also sends to the ackers, and the ackers to the
-        spouts (the acking system streams); user task ids do not change. With
-        ``in_spouts`` (and ``ackers`` > 0), the spout tasks are the ackers instead (see the
-        class docstring): bolts send their acks straight to the spout of each root.
+        """This topology with ``ackers`` acker tasks (Storm's ``topology.acker.executors``):
+        the user's components plus the system component ``__acker`` of ``ackers`` tasks
+        (none when ``ackers`` is 0); user task ids do not change. With ``in_spouts`` (and
+        ``ackers`` > 0), the spout tasks are the ackers instead (see the class docstring).
+        The acking links are the runtime's (``actors/_routing.py``), not edges of this graph.
         """
         return StormTopology(dict(self._user), ackers, in_spouts)
 
@@ -282,37 +292,26 @@ class StormTopology:
                             if self._components[c].is_spout))
 
     def upstream_tasks(self, component: str) -> list[int]:
-        """Task ids of every component ``component`` subscribes to (any stream); with
-        acking, a spout's upstream also has every bolt task (a bolt may complete one of
-        its trees, or, with ``ackers_in_spouts``, ack to it) and the acker tasks, and an
-        acker's is every other task."""
-        if component == ACKER_ID:
-            return sorted(t for t, c in self._task_component.items() if c != ACKER_ID)
+        """Task ids of every component ``component`` subscribes to (any stream), in
+        sorted component order; none for a spout or ``__acker``."""
         srcs = sorted({g.source for g in self._components[component].inputs})
-        ups = [t for s in srcs for t in self._tasks[s]]
-        if not self._components[component].is_spout or not self.acker_tasks:
-            return ups
-        bolts = sorted(t for t, c in self._task_component.items()
-                       if c != ACKER_ID and not self._components[c].is_spout)
-        return ups + bolts + ([] if self.ackers_in_spouts else list(self.acker_tasks))
+        return [t for s in srcs for t in self._tasks[s]]
 
     def downstream_tasks(self, component: str) -> list[int]:
-        """Task ids ``component`` sends to: its subscribers' tasks, plus with acking the
-        ackers (for an acker, the spout tasks) and, for a bolt with acker executors, the
-        spout tasks too (the one-ack trees it completes, see actors/_executor.py
-        ``ExecutorCore.ack_tuple``)."""
-        if component == ACKER_ID:
-            return list(self.spout_tasks)
+        """Task ids of every component subscribed to ``component`` (any stream), in sorted
+        component order; none for ``__acker``."""
         comps = sorted({cid for cid, _ in self.subscribers(component)})
-        subs = [t for c in comps for t in self._tasks[c]]
-        if not self.acker_tasks:
-            return subs
-        if self._components[component].is_spout:
-            # a spout that tracks its own trees sends no acking messages
-            return subs if self.ackers_in_spouts else subs + list(self.acker_tasks)
-        if self.ackers_in_spouts:  # the spouts are the ackers
-            return subs + list(self.acker_tasks)
-        return subs + list(self.acker_tasks) + list(self.spout_tasks)
+        return [t for c in comps for t in self._tasks[c]]
+
+    def validate(self) -> None:
+        """Check the user's graph again, as Storm's Nimbus does at submit
+        (``StormCommon.validateStructure``): a topology built without the builder gets the
+        same checks as :meth:`TopologyBuilder.create_topology`.
+
+        Raises:
+            TopologyError: as ``create_topology``, naming the component, stream and field.
+        """
+        _validate_structure(self._user)
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{c}x{s.parallelism}" for c, s in self._components.items())
@@ -393,61 +392,66 @@ class TopologyBuilder:
                 component or undeclared stream; a fields grouping on an undeclared field;
                 a direct grouping on a stream not declared direct; a bolt without inputs.
         """
-        if not any(isinstance(o, Spout) for o in self._objs.values()):
-            raise TopologyError("a topology needs at least one spout")
-        streams: dict[str, OutputFieldsDeclarer] = {}
+        comps = {}
         for cid, obj in self._objs.items():
-            par = self._par[cid]
-            if not isinstance(par, int) or isinstance(par, bool) or par < 1:
-                raise TopologyError(f"component {cid!r}: parallelism_hint must be an int >= 1, "
-                                    f"got {par!r}")
             d = OutputFieldsDeclarer(cid)
             obj.declare_output_fields(d)
-            streams[cid] = d
-        for cid, inputs in self._inputs.items():
-            if isinstance(self._objs[cid], Bolt) and not inputs:
-                raise TopologyError(f"bolt {cid!r} has no inputs: subscribe it with a grouping")
-            _check_timestamp_field(cid, self._objs[cid], inputs, streams)
-            for g in inputs:
-                if g.kind not in GROUPINGS:
-                    raise TopologyError(f"bolt {cid!r}: unknown grouping {g.kind!r}")
-                if g.source not in self._objs:
-                    raise TopologyError(
-                        f"bolt {cid!r} subscribes to unknown component {g.source!r}; "
-                        f"known: {sorted(self._objs)}")
-                src_streams = streams[g.source].streams
-                if g.stream not in src_streams:
-                    raise TopologyError(
-                        f"bolt {cid!r} subscribes to stream {g.stream!r} of {g.source!r}, "
-                        f"which {g.source!r} does not declare; declared: {sorted(src_streams)}")
-                if g.kind == "fields":
-                    if g.fields is None or len(g.fields) == 0:
-                        raise TopologyError(f"bolt {cid!r}: fields grouping on {g.source!r} "
-                                            f"stream {g.stream!r} needs at least one field")
-                    for f in g.fields:
-                        if f not in src_streams[g.stream]:
-                            raise TopologyError(
-                                f"bolt {cid!r}: fields grouping on field {f!r}, which stream "
-                                f"{g.stream!r} of {g.source!r} does not declare; its fields "
-                                f"are {src_streams[g.stream].to_list()}")
-                is_direct = g.stream in streams[g.source].direct
-                if (g.kind == "direct") != is_direct:
-                    want = "declared direct" if g.kind == "direct" else "not direct"
-                    raise TopologyError(
-                        f"bolt {cid!r}: {g.kind} grouping on stream {g.stream!r} of "
-                        f"{g.source!r}, but a {g.kind} grouping needs a stream {want}")
-            seen = set()
-            for g in inputs:
-                if (g.source, g.stream) in seen:
-                    raise TopologyError(f"bolt {cid!r} subscribes twice to stream {g.stream!r} "
-                                        f"of {g.source!r}")
-                seen.add((g.source, g.stream))
-        comps = {
-            cid: ComponentSpec(
+            comps[cid] = ComponentSpec(
                 id=cid, obj=obj, parallelism=self._par[cid],
                 inputs=tuple(self._inputs[cid]),
-                streams=MappingProxyType(dict(streams[cid].streams)),
-                direct_streams=frozenset(streams[cid].direct),
+                streams=MappingProxyType(dict(d.streams)),
+                direct_streams=frozenset(d.direct),
                 conf=MappingProxyType(_component_conf(cid, obj, self._conf[cid])))
-            for cid, obj in self._objs.items()}
+        _validate_structure(comps)
         return StormTopology(comps)
+
+
+def _validate_structure(comps: Mapping[str, ComponentSpec]) -> None:
+    """The graph checks of ``create_topology`` (and of ``StormTopology.validate``) over
+    frozen components; see :meth:`TopologyBuilder.create_topology` for what is raised."""
+    if not any(spec.is_spout for spec in comps.values()):
+        raise TopologyError("a topology needs at least one spout")
+    for cid, spec in comps.items():
+        par = spec.parallelism
+        if not isinstance(par, int) or isinstance(par, bool) or par < 1:
+            raise TopologyError(f"component {cid!r}: parallelism_hint must be an int >= 1, "
+                                f"got {par!r}")
+    for cid, spec in comps.items():
+        inputs = spec.inputs
+        if not spec.is_spout and not inputs:
+            raise TopologyError(f"bolt {cid!r} has no inputs: subscribe it with a grouping")
+        _check_timestamp_field(cid, comps)
+        for g in inputs:
+            if g.kind not in GROUPINGS:
+                raise TopologyError(f"bolt {cid!r}: unknown grouping {g.kind!r}")
+            if g.source not in comps:
+                raise TopologyError(
+                    f"bolt {cid!r} subscribes to unknown component {g.source!r}; "
+                    f"known: {sorted(comps)}")
+            src_streams = comps[g.source].streams
+            if g.stream not in src_streams:
+                raise TopologyError(
+                    f"bolt {cid!r} subscribes to stream {g.stream!r} of {g.source!r}, "
+                    f"which {g.source!r} does not declare; declared: {sorted(src_streams)}")
+            if g.kind == "fields":
+                if g.fields is None or len(g.fields) == 0:
+                    raise TopologyError(f"bolt {cid!r}: fields grouping on {g.source!r} "
+                                        f"stream {g.stream!r} needs at least one field")
+                for f in g.fields:
+                    if f not in src_streams[g.stream]:
+                        raise TopologyError(
+                            f"bolt {cid!r}: fields grouping on field {f!r}, which stream "
+                            f"{g.stream!r} of {g.source!r} does not declare; its fields "
+                            f"are {src_streams[g.stream].to_list()}")
+            is_direct = g.stream in comps[g.source].direct_streams
+            if (g.kind == "direct") != is_direct:
+                want = "declared direct" if g.kind == "direct" else "not direct"
+                raise TopologyError(
+                    f"bolt {cid!r}: {g.kind} grouping on stream {g.stream!r} of "
+                    f"{g.source!r}, but a {g.kind} grouping needs a stream {want}")
+        seen = set()
+        for g in inputs:
+            if (g.source, g.stream) in seen:
+                raise TopologyError(f"bolt {cid!r} subscribes twice to stream {g.stream!r} "
+                                    f"of {g.source!r}")
+            seen.add((g.source, g.stream))

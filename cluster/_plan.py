@@ -1,0 +1,154 @@
+"""The plan of a submit: what runs where, decided without Ray.
+
+:func:`plan` does what Storm's Nimbus does before any worker starts: it validates the
+topology (``StormCommon.validateStructure``) and the config, adds the acker executors
+(``StormCommon.systemTopology``), assigns the tasks to workers (the default scheduler's
+round robin) and sizes each worker's slot. It returns a :class:`TopologyPlan`, a frozen
+record that ``cluster._submit.launch`` carries out on Ray and that tests read without Ray:
+this module imports no Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from actors._routing import TaskLinks, task_links
+from topology import ConfigError, StormTopology, TopologyError, WindowedBoltExecutor, make_config
+
+#: ``topology.worker.placement`` → the Ray placement-group strategy (bundle = worker)
+PLACEMENT_STRATEGIES = {"pack": "PACK", "spread": "SPREAD"}
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """One worker (a Storm worker process): one bundle, on one node, of the topology's
+    placement group.
+
+    Attributes:
+        index: the worker index, also its bundle's index in the placement group.
+        tasks: its task ids, sorted.
+        cpu: CPUs its bundle reserves: the executor share for each task, plus one for its
+            transfer actor when the topology has several workers.
+    """
+
+    index: int
+    tasks: tuple[int, ...]
+    cpu: float
+
+
+@dataclass(frozen=True)
+class TopologyPlan:
+    """Everything a submit decides before it starts an actor (:func:`plan`).
+
+    Attributes:
+        topology: the topology to run: the user's components plus, with acker executors,
+            the system component ``__acker`` (Storm's system topology; user task ids
+            unchanged, acker task ids after them).
+        conf: the validated config (every key present).
+        workers: one :class:`WorkerPlan` per worker, by index; never an empty worker, so
+            there are ``min(topology.workers, tasks)`` of them.
+        task_worker: task id → worker index, for every task.
+        links: task id → its :class:`~actors._routing.TaskLinks` (the topology's edges
+            plus the acking system streams, the back edges and the remote upstream).
+        back_edges: the ``(source, bolt)`` subscriptions that close a cycle.
+        strategy: the placement group's Ray strategy, ``"PACK"`` or ``"SPREAD"``.
+        executor_cpu: CPUs each executor actor (and transfer actor) asks Ray for.
+        warnings: problems that do not stop the submit, for the log.
+    """
+
+    topology: StormTopology
+    conf: Mapping[str, Any]
+    workers: tuple[WorkerPlan, ...]
+    task_worker: Mapping[int, int]
+    links: Mapping[int, TaskLinks]
+    back_edges: frozenset[tuple[str, str]]
+    strategy: str
+    executor_cpu: float
+    warnings: tuple[str, ...]
+
+    @property
+    def acker_tasks(self) -> tuple[int, ...]:
+        """Task ids of the ackers: the ``__acker`` tasks, the spout tasks with
+        ``topology.acker.in.spouts``, none with acking off."""
+        return self.topology.acker_tasks
+
+    @property
+    def with_transfer(self) -> bool:
+        """True when workers exchange tuples, so each gets a transfer actor."""
+        return len(self.workers) > 1
+
+
+def assign_tasks(topology: StormTopology, workers: int) -> dict[int, int]:
+    """Task id → worker index, round robin over tasks in id order (deterministic): task
+    ids follow Storm's sorted component order, so each component spreads over the workers
+    as Storm's default scheduler spreads executors."""
+    return {t: i % workers for i, t in enumerate(sorted(
+        t for ts in topology.component_tasks.values() for t in ts))}
+
+
+def plan(topology: StormTopology, conf: dict | None) -> TopologyPlan:
+    """Validate ``topology`` and ``conf`` and decide its tasks, workers and placement.
+
+    Acking: ``topology.acker.executors`` acker tasks (None: one per worker, as Storm),
+    which take the task ids after every user task, so round robin puts consecutive ackers
+    on different workers; 0 switches acking off; with ``topology.acker.in.spouts`` the
+    spout tasks are the ackers instead. Workers: the tasks round robin in id order over
+    ``topology.workers`` workers (:func:`assign_tasks`), never more workers than tasks.
+
+    Args:
+        topology: from ``TopologyBuilder.create_topology()``.
+        conf: the topology config (Storm's keys); None for the defaults.
+
+    Returns:
+        The :class:`TopologyPlan`; nothing is started.
+
+    Raises:
+        TopologyError: not a ``StormTopology``, or its graph is invalid (the message names
+            the component, stream and field).
+        ConfigError: an invalid config, or a component's config (``add_configuration``)
+            invalid once merged over it (the message names the component).
+        TopologyError: a windowed bolt whose window cannot be held within the message
+            timeout or ``topology.max.spout.pending`` (``WindowSpec.check_against``).
+    """
+    if not isinstance(topology, StormTopology):
+        raise TopologyError(f"submit_topology expects a StormTopology (from "
+                            f"create_topology()), got {type(topology).__name__}")
+    topology.validate()
+    conf = make_config(conf)
+    for cid, spec in topology.components.items():
+        if spec.conf:  # merged as each executor merges it (actors/_executor.py)
+            try:
+                make_config({**conf, **spec.conf})
+            except ConfigError as e:
+                raise ConfigError(f"component {cid!r}: {e}") from None
+        if isinstance(spec.obj, WindowedBoltExecutor):  # Storm's submit checks of a window
+            spec.obj.spec.check_against(cid, {**conf, **spec.conf})
+    requested = conf["topology.workers"]
+    ackers = conf["topology.acker.executors"]
+    if ackers is None:  # Storm: one acker per worker
+        ackers = requested
+    topology = topology.with_ackers(ackers, conf["topology.acker.in.spouts"])
+    warnings = []
+    if not topology.acker_tasks and topology.back_edges:
+        warnings.append(
+            f"cycles (back edges {sorted(topology.back_edges)}) and no ackers: tuples beyond a "
+            f"back edge's cap are dropped (counted in stats) and nothing replays them; set "
+            f"topology.acker.executors > 0 and emit with msg ids for at-least-once")
+    task_worker = assign_tasks(topology, min(requested, topology.num_tasks))
+    n = max(task_worker.values()) + 1
+    transfer = n > 1
+    cpu = conf["topology.component.cpu.pcore.percent"] / 100.0
+    workers = []
+    for w in range(n):
+        tasks = tuple(sorted(t for t, x in task_worker.items() if x == w))
+        workers.append(WorkerPlan(w, tasks, round(cpu * (len(tasks) + transfer), 4)))
+    return TopologyPlan(
+        topology=topology, conf=MappingProxyType(conf), workers=tuple(workers),
+        task_worker=MappingProxyType(task_worker),
+        links=MappingProxyType({t: task_links(topology, t, task_worker) for t in task_worker}),
+        back_edges=topology.back_edges,
+        strategy=PLACEMENT_STRATEGIES[conf["topology.worker.placement"]],
+        executor_cpu=cpu, warnings=tuple(warnings))
