@@ -24,7 +24,7 @@ _LAZY = {
     "StreamRouter": "actors._routing", "build_routers": "actors._routing",
     "stable_hash": "actors._routing", "stream_table": "actors._routing",
     "FRAME_LOST": "actors._transfer", "TransferActor": "actors._transfer",
-    "executor_name": "actors._transfer", "transfer_name": "actors._transfer",
+    "actor_name": "actors._routing",
 }
 
 __all__ = sorted(_LAZY)

@@ -54,6 +54,7 @@ from actors._codec import (
 )
 from actors._errors import LogThrottle
 from actors._gc import tune_gc
+from actors._routing import TASK, WORKER, actor_name
 from backpressure import BackPressureStatus, RemoteBackPressure, WorkerBackPressure
 
 logger = logging.getLogger("storm_on_ray.transfer")
@@ -62,16 +63,6 @@ _LOG_EVERY_S = 10.0
 
 #: A transfer actor's acknowledgement for a frame whose receiver died before taking it.
 FRAME_LOST = "lost"
-
-
-def executor_name(prefix: str, task: int) -> str:
-    """The Ray actor name of ``task``'s executor (``prefix`` is unique per submit)."""
-    return f"{prefix}-task-{task}"
-
-
-def transfer_name(prefix: str, worker: int) -> str:
-    """The Ray actor name of ``worker``'s transfer actor."""
-    return f"{prefix}-worker-{worker}"
 
 
 @ray.remote(concurrency_groups={"deliver": 8, "status": 1, "control": 1})
@@ -83,7 +74,7 @@ class TransferActor:
         worker_id: this worker's index.
         conf: the validated topology config.
         task_worker: task id → worker index, for every task of the topology.
-        prefix: the actor-name prefix of this submit (``actors.executor_name``); None for
+        prefix: the actor-name prefix of this submit (``actors._routing.actor_name``); None for
             an unnamed actor that cannot rejoin after a restart.
         destinations: local task id → the task ids it sends to (needed to rejoin).
     """
@@ -126,8 +117,8 @@ class TransferActor:
         logger.warning("worker %d: transfer actor restarted by Ray; rejoining",
                        self.worker_id)
         mine = sorted(self.local.tasks)
-        executors = {t: ray.get_actor(executor_name(prefix, t)) for t in mine}
-        peers = {w: ray.get_actor(transfer_name(prefix, w))
+        executors = {t: ray.get_actor(actor_name(prefix, TASK, t)) for t in mine}
+        peers = {w: ray.get_actor(actor_name(prefix, WORKER, w))
                  for w in set(self.task_worker.values()) if w != self.worker_id}
         self.connect(executors, destinations, peers)
         for t in mine:

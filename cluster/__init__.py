@@ -1,20 +1,34 @@
-"""Placing topologies on Ray: ``LocalCluster``, the topology handle, Spark on Ray."""
+"""Placing topologies on Ray: the plan and its launch, ``LocalCluster``, the topology
+handle, typed stats, Spark on Ray.
 
-from cluster._handle import TopologyFailed, TopologyHandle
-from cluster._local import LocalCluster
-from cluster._spark import (
-    JAVA_MISSING,
-    SparkUnavailableError,
-    check_java,
-    java_add_opens,
-    start_spark,
-    stop_spark,
-)
-from cluster._stats import TaskStats, TopologyStats, WorkerStats
-from cluster._submit import assign_tasks, submit
+The Ray-free parts (``cluster._plan``, ``cluster._stats``) import without Ray; the names
+below are loaded on first use (PEP 562), as in ``actors``.
+"""
 
-__all__ = [
-    "JAVA_MISSING", "LocalCluster", "SparkUnavailableError", "TaskStats", "TopologyFailed",
-    "TopologyHandle", "TopologyStats", "WorkerStats", "assign_tasks", "check_java",
-    "java_add_opens", "start_spark", "stop_spark", "submit",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "TopologyFailed": "cluster._handle", "TopologyHandle": "cluster._handle",
+    "LocalCluster": "cluster._local",
+    "JAVA_MISSING": "cluster._spark", "SparkUnavailableError": "cluster._spark",
+    "check_java": "cluster._spark", "java_add_opens": "cluster._spark",
+    "start_spark": "cluster._spark", "stop_spark": "cluster._spark",
+    "TaskStats": "cluster._stats", "TopologyStats": "cluster._stats",
+    "WorkerStats": "cluster._stats",
+    "TopologyPlan": "cluster._plan", "plan": "cluster._plan",
+    "assign_tasks": "cluster._submit", "submit": "cluster._submit",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cluster' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -38,8 +38,12 @@ class TopologyHandle:
                  actors: dict[int, ray.actor.ActorHandle], placement_groups: list,
                  task_worker: dict[int, int],
                  transfers: dict[int, ray.actor.ActorHandle] | None = None,
-                 prefix: str | None = None, detached: bool = False) -> None:
+                 prefix: str | None = None, detached: bool = False,
+                 topology_ref: ray.ObjectRef | None = None) -> None:
         self.prefix = prefix
+        # the topology in the object store: a restarted executor's __init__ reads it again,
+        # so the handle keeps it alive
+        self._topology_ref = topology_ref
         self.detached = detached
         self.name = name
         self.topology = topology

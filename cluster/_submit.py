@@ -109,8 +109,7 @@ def launch(p: TopologyPlan, name: str, ready_timeout: float = 120,
                 **options,
             ).remote(name, w.index, conf, task_worker, prefix, dests[w.index])
     handle = TopologyHandle(name, topology, conf, actors, [pg], task_worker, transfers,
-                            prefix=prefix, detached=detached)
-    handle._topology_ref = topo_ref  # a restarted executor's __init__ reads it again
+                            prefix=prefix, detached=detached, topology_ref=topo_ref)
     try:
         if transfers:
             ray.get([transfers[w.index].connect.remote(
