@@ -10,6 +10,9 @@ from collections import Counter
 
 import pytest
 
+from tests._util import until
+from tests.components import PassBolt
+from tests.test_chaos import _pid, _sigkill
 from topology import (
     CollectorBolt,
     Count,
@@ -172,3 +175,46 @@ def test_a_window_that_cannot_work_fails_at_build_naming_component_and_setting(m
         b.set_spout("rows", IterableSpout([(1, "a")], ("ts", "word")))
         b.set_bolt("win", make()).shuffle_grouping("rows")
         b.create_topology()
+
+
+class WindowSeqs(WindowedBolt):
+    """Emits each window's seq values as one list."""
+
+    outputs = ("seqs",)
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, window):
+        self.collector.emit(([t["seq"] for t in window.get()],))
+
+
+def test_a_windowed_bolt_killed_mid_run_with_acking_gives_every_window_its_tuples(
+        cluster, name):
+    """The windowed task's process is killed with tuples in its open windows: Ray restarts
+    it with empty windows, the lost tuples time out and replay, and every row reaches a
+    window that fired (at least once)."""
+
+    n = 3000
+    b = TopologyBuilder()
+    b.set_spout("rows", IterableSpout([(i, "k") for i in range(n)], ("seq", "key"),
+                                      msg_ids=True))
+    b.set_bolt("slow", PassBolt(delay_s=0.001)).shuffle_grouping("rows")
+    b.set_bolt("win", WindowSeqs().with_tumbling_window(Count(10))).shuffle_grouping("slow")
+    b.set_bolt("out", CollectorBolt()).global_grouping("win")
+    handle = cluster.submit_topology(name, {"topology.message.timeout.secs": 5,
+                                            "topology.max.spout.pending": 200},
+                                     b.create_topology())
+    try:
+        win = handle.actors[handle.topology.component_tasks["win"][0]]
+        until(lambda: handle.stats().component("win")[0].windows_fired > 20, 60)
+        old = _sigkill(win)
+        until(lambda: _pid(win) not in (None, old), 60)
+        assert handle.wait(240), handle.stats().summary()
+        stats = handle.stats()
+        seen = {s for *_, (seqs,) in handle.collected("out") for s in seqs}
+        assert seen == set(range(n))
+        assert stats.component("win")[0].restarted and stats.total("rows", "acked") == n
+        assert stats.total("rows", "failed") > 0  # the lost windows' tuples timed out
+    finally:
+        cluster.kill_topology(name)
