@@ -93,6 +93,8 @@ class ExecutorCore:
         self.streams = stream_table(topology)
         self.links = links = task_links(topology, task_id, task_worker)
         self.destinations = links.destinations
+        # the tasks of the components subscribing to this one (no acking links)
+        self._data_destinations = tuple(topology.downstream_tasks(cid))
         self.back_dests, self.back_sources = links.back_dests, links.back_sources
         self.remote_upstream = links.remote_upstream
         #: upstream tasks whose end of stream has not arrived (back edges never end)
@@ -249,7 +251,7 @@ class ExecutorCore:
         trees are pending. Windowed bolts downstream stop waiting for this task's event
         time (their watermark), so the windows holding those trees fire and ack them
         (otherwise the trees would wait for the end of stream, and it for them)."""
-        for t in self.destinations:
+        for t in self._data_destinations:
             self.outbox.transfer(t, _DRAINED_MSG)
 
     def _make_collector(self, routers: dict):
