@@ -18,11 +18,14 @@ from topology import (
     DEFAULT_STREAM,
     ComponentSpec,
     ConfigError,
+    Count,
+    Duration,
     Fields,
     Grouping,
     StormTopology,
     TopologyBuilder,
     TopologyError,
+    WindowedBolt,
 )
 
 IN_SPOUTS = {"topology.acker.in.spouts": True}
@@ -223,3 +226,30 @@ def test_the_plan_module_imports_without_ray():
                          cwd=Path(cluster_dir).parent)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+class _Window(WindowedBolt):
+    def execute(self, window):
+        pass
+
+
+@pytest.mark.parametrize("bolt,conf,match", [
+    (_Window().with_window(Duration.seconds(20), Duration.seconds(10)),
+     {"topology.message.timeout.secs": 30},
+     r"'w'.*30000 ms is not below topology.message.timeout.secs = 30"),
+    (_Window().with_tumbling_window(Count(100)), {"topology.max.spout.pending": 150},
+     r"'w'.*count .* 200 exceeds topology.max.spout.pending = 150"),
+])
+def test_a_window_the_timeout_or_max_spout_pending_cannot_hold_fails_at_submit(
+        bolt, conf, match):
+    """Storm's submit checks of a windowed bolt, before any actor starts."""
+    b = TopologyBuilder()
+    b.set_spout("s", SeqSpout(1))
+    b.set_bolt("w", bolt).shuffle_grouping("s")
+    topo = b.create_topology()
+    with pytest.raises(TopologyError, match=match):
+        plan(topo, conf)
+    assert plan(topo, {**conf, "topology.acker.executors": 0}).topology  # nothing can time out
+    relaxed = {"topology.message.timeout.secs": 31} if "timeout" in match else {
+        "topology.max.spout.pending": 200}
+    assert plan(topo, {**conf, **relaxed}).topology
