@@ -20,7 +20,7 @@ _LAZY = {
     "ErrorInfo": "actors._errors", "ErrorReporter": "actors._errors",
     "EOS_STREAM": "actors._executor", "FLUSH": "actors._executor",
     "ExecutorCore": "actors._executor", "make_executor": "actors._executor",
-    "SystemStream": "actors._acking",
+    "SystemStream": "actors._streams",
     "StreamRouter": "actors._routing", "build_routers": "actors._routing",
     "stable_hash": "actors._routing", "stream_table": "actors._routing",
     "FRAME_LOST": "actors._transfer", "TransferActor": "actors._transfer",

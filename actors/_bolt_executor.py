@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from actors._acking import SystemStream
 from actors._collectors import BoltCollector
 from actors._executor import EOS_STREAM, FLUSH, ExecutorCore
+from actors._streams import SystemStream
 from topology import SYSTEM_COMPONENT_ID, SYSTEM_TICK_STREAM_ID, BatchBolt, Tuple
 from topology._tuple import TICK_FIELDS
 

@@ -16,8 +16,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from actors._acking import SystemStream
 from actors._errors import LogThrottle
+from actors._streams import SystemStream
 from backpressure import FlowControlPolicy, JCQueue, QueueInterrupted, Report
 
 logger = logging.getLogger("storm_on_ray.executor")
