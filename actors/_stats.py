@@ -107,8 +107,9 @@ class TaskStats:
 
     Windows (a windowed bolt; None for other components, see topology/_windowed_executor.py):
     ``window_held`` (tuples held in windows or waiting for the watermark, outside the
-    bounded queues), ``watermark_ms`` (epoch ms), ``watermark_lag_ms`` (behind the newest
-    timestamp), ``windows_fired``, ``late_tuples``, ``bad_timestamps``.
+    bounded queues), ``watermark_ms`` (epoch ms; None in processing time, before every
+    upstream task has sent a tuple and once every one has ended), ``watermark_lag_ms``
+    (behind the newest timestamp), ``windows_fired``, ``late_tuples``, ``bad_timestamps``.
 
     Last metrics interval: the :class:`IntervalMetrics` fields. A task that has not yet
     closed an interval shows None for the rates, fractions, latency and level (never a

@@ -16,6 +16,23 @@ from topology import StormTopology
 logger = logging.getLogger("storm_on_ray.cluster")
 
 
+def spark_blocks(tables: list) -> tuple[Any, list]:
+    """``pyarrow.Table`` s (e.g. a DatasetSink's, one per task) as blocks for RayDP's
+    ``ray_dataset_to_spark_dataframe``: their unified schema (types promoted, e.g. int64
+    with nulls) and one table per record batch, so that every column of a block is one
+    chunk. RayDP turns each block into pandas inside Spark's ``mapInPandas``; pandas >= 3
+    reads Arrow strings into a pyarrow-backed dtype, whose column of several chunks goes
+    back to Arrow as a ``ChunkedArray``, which pyspark 3.5 rejects (``TypeError: Expected
+    Array, got ChunkedArray``); a DatasetSink packs a table every ``batch_rows`` rows, so
+    any output longer than that had such columns."""
+    import pyarrow as pa
+
+    schema = pa.unify_schemas([t.schema for t in tables], promote_options="permissive")
+    blocks = [pa.Table.from_batches([b], schema) for t in tables
+              for b in t.cast(schema).to_batches() if b.num_rows]
+    return schema, blocks or [schema.empty_table()]
+
+
 class TopologyFailed(RuntimeError):
     """An executor actor died or the runtime failed; the message names the task."""
 
@@ -280,13 +297,10 @@ class TopologyHandle:
         after :meth:`kill`, until the Spark session stops. No Ray task runs, so this works
         when the topology and Spark hold every CPU. Same rules and errors as
         :meth:`sink_tables`."""
-        import pyarrow as pa
         from raydp.spark import ray_dataset_to_spark_dataframe
 
-        tables = self.sink_tables(component_id)
-        schema = pa.unify_schemas([t.schema for t in tables], promote_options="permissive")
-        blocks = [ray.put(t.cast(schema)) for t in tables]
-        return ray_dataset_to_spark_dataframe(spark, schema, blocks)
+        schema, tables = spark_blocks(self.sink_tables(component_id))
+        return ray_dataset_to_spark_dataframe(spark, schema, [ray.put(t) for t in tables])
 
     def _component(self, component_id: str):
         if self.topology is None:

@@ -155,7 +155,8 @@ class TopologyStats:
     def windows(self) -> list[dict]:
         """One row per windowed bolt: ``component``, ``held`` (tuples in windows or waiting
         for the watermark, summed over tasks), ``watermark_ms`` (the lowest over tasks,
-        epoch ms; None in processing time or before one is known), ``watermark_lag_ms``
+        epoch ms; None in processing time, before one is known or once the input has
+        ended), ``watermark_lag_ms``
         (the largest), ``fired``, ``late``, ``bad`` (summed)."""
         out = []
         for c in sorted({t.component for t in self.tasks if t.windows_fired is not None}):

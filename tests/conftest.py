@@ -1,8 +1,10 @@
-"""One Ray per test session, one Spark session per test session (marker ``spark``)."""
+"""One Ray per test session, one Spark session per test session (marker ``spark``), and the
+worker layouts an integration scenario runs on (fixture ``workers``)."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import pytest
 
@@ -33,6 +35,38 @@ def spark(cluster):
     session = start_spark("storm-on-ray-tests", executor_memory="1GB")
     yield session
     stop_spark()
+
+
+@dataclass(frozen=True)
+class Workers:
+    """One worker layout for a topology: ``count`` workers (``topology.workers``), placed by
+    Ray's ``placement`` strategy over the session's nodes (``topology.worker.placement``;
+    ``None`` leaves the default, which packs them on the driver's node)."""
+
+    count: int
+    placement: str | None = None
+
+    def conf(self, conf: dict | None = None) -> dict:
+        """``conf`` with this layout's keys added; a key already in ``conf`` wins."""
+        layout = {"topology.workers": self.count}
+        if self.placement is not None:
+            layout["topology.worker.placement"] = self.placement
+        return {**layout, **(conf or {})}
+
+
+#: one worker (executors send to each other's queues, no transfer actor), two packed on one
+#: node (the worker-to-worker path through the transfer actors), three spread over the
+#: session's three nodes (that path between Ray nodes; one acker per worker by default)
+WORKER_LAYOUTS = {"1worker": Workers(1), "2workers": Workers(2),
+                  "3workers-spread": Workers(3, "spread")}
+
+
+@pytest.fixture(params=list(WORKER_LAYOUTS))
+def workers(request) -> Workers:
+    """The scenario's worker layout: the test runs once with each of ``WORKER_LAYOUTS``
+    (Bytewax's single- and multi-worker runs of one dataflow). Submit with
+    ``workers.conf({...})``."""
+    return WORKER_LAYOUTS[request.param]
 
 
 _names = iter(range(10**6))

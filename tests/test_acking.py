@@ -4,8 +4,6 @@ testAckBranching, testAckingSelfAnchor, testTimeout, testResetTimeout), ported t
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tests._util import until
@@ -42,13 +40,12 @@ def _finish(cluster, name, builder, conf=None, timeout=120):
 
 
 @ACKING
-@pytest.mark.parametrize("workers", [1, 2])
-def test_acking_every_tuple_tree_completes(cluster, name, workers, acking):
+def test_acking_every_tuple_tree_completes(cluster, workers, name, acking):
     b = TopologyBuilder()
     b.set_spout("src", TimedSpout(300))
     b.set_bolt("mid", PassBolt(), 2).shuffle_grouping("src")
     b.set_bolt("sink", CollectorBolt()).shuffle_grouping("mid")
-    stats, handle = _finish(cluster, name, b, {"topology.workers": workers, **acking})
+    stats, handle = _finish(cluster, name, b, workers.conf(acking))
     try:
         acked = handle.task_state("src", "acked_after")
         failed = handle.task_state("src", "failed_after")
@@ -62,7 +59,8 @@ def test_acking_every_tuple_tree_completes(cluster, name, workers, acking):
     if acking:  # the spout was the acker: no acker task, no acking message from it
         assert ACKER_ID not in handle.topology.components and spout.unknown_acks == 0
     else:
-        assert len(stats.component(ACKER_ID)) == workers  # one acker per worker by default
+        # one acker per worker by default
+        assert len(stats.component(ACKER_ID)) == workers.count
         # each tree went through the acker, or was one ack a bolt completed itself
         completed = stats.total("mid", "completed_trees") + stats.total("sink",
                                                                         "completed_trees")
@@ -154,15 +152,18 @@ def test_max_spout_pending_caps_tuples_in_flight(cluster, name, acking):
         until(lambda: handle.stats().component("src")[0].pending_tuples == 10, 30,
                "10 tuples pending")
         idle_ms = []
-        for _ in range(5):
+
+        def capped_and_idle():
             spout = handle.stats().component("src")[0]
             # emitted = acked + failed + pending, and nothing is acked or failed here
             assert spout.emitted == 10 and spout.pending_tuples == 10
             assert spout.acked == 0 and spout.failed == 0
             idle_ms.append(spout.idle_wait_ms)
-            time.sleep(0.1)
-        # at the cap the spout waits (idle_wait_ms) for 0.4 s between the first and last look
-        assert idle_ms[-1] - idle_ms[0] > 200
+            return idle_ms[-1] - idle_ms[0] > 400
+
+        # at the cap the spout waits (idle_wait_ms), and stays at the cap on every look
+        # while it does so for 0.4 s more
+        until(capped_and_idle, 30, "the spout idle at the cap for 0.4 s")
         (held,) = handle.task_state("hold", "held").values()
         assert held is not None
     finally:
@@ -170,16 +171,18 @@ def test_max_spout_pending_caps_tuples_in_flight(cluster, name, acking):
 
 
 @ACKING
-def test_failed_tuples_replay_until_acked(cluster, name, acking):
+def test_failed_tuples_replay_until_acked(cluster, workers, name, acking):
     """Execute raising fails the tuple; the iterable spout emits it again; every item
-    reaches the sink (at least once) and every msg_id is acked exactly once."""
+    reaches the sink (at least once) and every msg_id is acked exactly once. With 3
+    workers the spout, the failing bolt and the sink are each in a worker of their own, so
+    every fail and every replay crosses workers."""
     n = 400
     b = TopologyBuilder()
     b.set_spout("src", IterableSpout([(i, f"k{i % 7}") for i in range(n)],
                                      fields=("seq", "key"), msg_ids=True))
     b.set_bolt("flaky", FailOnceBolt(every=10)).shuffle_grouping("src")
     b.set_bolt("sink", CollectorBolt()).shuffle_grouping("flaky")
-    stats, handle = _finish(cluster, name, b, acking)
+    stats, handle = _finish(cluster, name, b, workers.conf(acking))
     try:
         (acked,) = handle.task_state("src", "acked_ids").values()
         (failed,) = handle.task_state("src", "failed_ids").values()
@@ -216,9 +219,14 @@ def test_untracked_emits_need_no_acks(cluster, name):
     assert stats.total(ACKER_ID, "acked") == 0
 
 
-@pytest.mark.parametrize(("workers", "acking"), [(1, {}), (2, {}), (2, IN_SPOUTS)],
-                         ids=["1-ackers", "2-ackers", "2-in_spouts"])
-def test_bolt_cycle_under_backpressure_completes_with_bounded_memory(cluster, name, workers,
+# conftest's worker layouts, chosen: the cycle on one worker, and with its back edge
+# between two workers under both acker placements (three spread workers would send that edge
+# through the same transfer path once more, at this test's cost)
+@pytest.mark.parametrize(("workers", "acking"),
+                         [("1worker", {}), ("2workers", {}), ("2workers", IN_SPOUTS)],
+                         ids=["1worker-ackers", "2workers-ackers", "2workers-in_spouts"],
+                         indirect=["workers"])
+def test_bolt_cycle_under_backpressure_completes_with_bounded_memory(cluster, workers, name,
                                                                      acking):
     """ping ↔ pong, each tuple going round 5 times, with queues of 32 tuples: in Storm this
     deadlocks (STORM-3637: both bolts blocked on each other's full queue). Here the edge
@@ -233,8 +241,9 @@ def test_bolt_cycle_under_backpressure_completes_with_bounded_memory(cluster, na
     b.set_bolt("sink", CollectorBolt()).shuffle_grouping("ping", "done")
     topo = b.create_topology()
     assert topo.back_edges == {("pong", "ping")}
-    conf = {"topology.workers": workers, "topology.executor.receive.buffer.size": cap,
-            "topology.producer.batch.size": 8, "topology.message.timeout.secs": 20, **acking}
+    conf = workers.conf({"topology.executor.receive.buffer.size": cap,
+                         "topology.producer.batch.size": 8,
+                         "topology.message.timeout.secs": 20, **acking})
     handle = cluster.submit_topology(name, conf, topo)
     samples = []
     try:

@@ -33,18 +33,19 @@ def _sigkill(actor) -> int:
     return pid
 
 
-def test_killed_bolt_is_restarted_and_the_stream_completes(cluster, name):
+def test_killed_bolt_is_restarted_and_the_stream_completes(cluster, workers, name):
     """Without acking the tuples the dead instance held are lost, but the restarted
-    instance rejoins: the rest of the stream reaches it and the topology completes."""
+    instance rejoins: the rest of the stream reaches it and the topology completes. With
+    several workers it rejoins through the transfer actors (with 3, its spout and its sink
+    are each in another worker)."""
     b = TopologyBuilder()
     b.set_spout("src", SeqSpout(3000))
     b.set_bolt("mid", PassBolt(delay_s=0.001)).shuffle_grouping("src")
     b.set_bolt("sink", CollectorBolt()).shuffle_grouping("mid")
     # small queues and batches: the spout is still held by backpressure at the kill
-    handle = cluster.submit_topology(name, {"topology.acker.executors": 0,
-                                            "topology.executor.receive.buffer.size": 64,
-                                            "topology.producer.batch.size": 16},
-                                     b.create_topology())
+    handle = cluster.submit_topology(name, workers.conf({
+        "topology.acker.executors": 0, "topology.executor.receive.buffer.size": 64,
+        "topology.producer.batch.size": 16}), b.create_topology())
     try:
         mid = handle.actors[handle.topology.component_tasks["mid"][0]]
         until(lambda: handle.stats().component("mid")[0].executed > 200, 60)

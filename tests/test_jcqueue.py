@@ -21,6 +21,7 @@ from backpressure import (
     SleepWaitStrategy,
     make_wait_strategy,
 )
+from tests._util import until
 from topology import make_config
 
 
@@ -103,9 +104,12 @@ def test_in_order(batch):
     t = threading.Thread(target=producer)
     t.start()
     seen: list = []
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
+
+    def consumed_1000():
         q.consume(seen.append)
+        return len(seen) > 1000
+
+    until(consumed_1000, 10, "1000 consumed", interval=0)
     stop.set()
     t.join(5)
     q.consume(seen.append)
@@ -125,8 +129,9 @@ def test_publish_blocks_until_consumer_makes_room():
 
     t = threading.Thread(target=producer)
     t.start()
-    assert not done.wait(0.05)  # queue full: the publish is still waiting
-    assert q.insert_failures > 0
+    # queue full: the publish found it so, waited, tried again, and is still waiting
+    until(lambda: q.insert_failures >= 2, 5, "the publish retrying", interval=0.001)
+    assert not done.is_set()
     got: list = []
     q.consume(got.append, exit_cond=lambda: len(got) < 1)
     assert done.wait(5)
@@ -148,7 +153,9 @@ def test_interrupt_unblocks_a_waiting_publisher():
 
     t = threading.Thread(target=producer)
     t.start()
-    time.sleep(0.01)
+    # interrupt() also fails a publish that starts after it: wait until this one waits
+    until(lambda: q.insert_failures > 0, 5, "the publish waiting", interval=0.001)
+    assert t.is_alive()
     q.interrupt()
     t.join(5)
     assert err and not t.is_alive()
@@ -227,9 +234,15 @@ def test_publish_all_waits_and_keeps_order():
     out: list = []
     t = threading.Thread(target=q.publish_all, args=(list(range(100)),))
     t.start()
-    while t.is_alive() or q.size():
+
+    def consumed_all():
         q.consume(out.append)
-        time.sleep(0.001)
+        return len(out) == 100
+
+    # a consume every ms: publish_all finds the queue full between them
+    until(consumed_all, 10, "100 consumed", interval=0.001)
+    t.join(5)
+    assert q.insert_failures > 0
     assert out == list(range(100))
 
 

@@ -11,10 +11,11 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
+
+from tests._util import until
 
 ROOT = Path(__file__).resolve().parent.parent
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -57,15 +58,15 @@ def ray_head():
     try:
         from ray.job_submission import JobSubmissionClient
 
-        deadline = time.monotonic() + 120
-        while True:
+        def job_server_up() -> bool:
             assert proc.poll() is None, proc.stdout.read()
             try:
                 JobSubmissionClient(address).list_jobs()
-                break
+                return True
             except Exception:
-                assert time.monotonic() < deadline, "the Ray head's job server never came up"
-                time.sleep(1)
+                return False
+
+        until(job_server_up, 120, "the Ray head's job server", interval=1)
         yield address, env, f"127.0.0.1:{gcs}"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -78,18 +79,20 @@ def ray_head():
 
 def _job_submit(address: str, env: dict, *entrypoint: str, wait: bool = True):
     """``ray job submit`` from the project root; returns the process and its output."""
-    deadline = time.monotonic() + 120
-    while True:
+    tries = []
+
+    def submitted() -> bool:
         proc = subprocess.run(
             [RAY, "job", "submit", "--address", address, "--working-dir", ".",
              *([] if wait else ["--no-wait"]), "--", "python", *entrypoint],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-        out = proc.stdout + proc.stderr
+        tries.append((proc, proc.stdout + proc.stderr))
         # the job server answers before the head's agent has registered; Ray's own
         # message says to try again, which is what a user would do
-        if "No available agent to submit job" not in out or time.monotonic() > deadline:
-            return proc, out
-        time.sleep(2)
+        return "No available agent to submit job" not in tries[-1][1]
+
+    until(submitted, 120, "an agent on the head taking the job", interval=2)
+    return tries[-1]
 
 
 def test_ray_job_submit_runs_the_wordcount_example(ray_head):
@@ -120,16 +123,19 @@ def test_the_flights_job_submitted_and_watched_with_the_cli(ray_head, tmp_path):
     cli = [str(Path(sys.executable).with_name("storm-on-ray")), "--address", gcs, "stats",
            "flights"]
     seen = None
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
+
+    def job_ended() -> bool:
+        nonlocal seen
         status = client.get_job_status(job.submission_id)
         if status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
-            break
+            return True
         if seen is None:
             st = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
             if st.returncode == 0:
                 seen = st.stdout
-        time.sleep(1)
+        return False
+
+    until(job_ended, 900, "the flights job ending", interval=1)
     logs = client.get_job_logs(job.submission_id)
     assert client.get_job_status(job.submission_id) == JobStatus.SUCCEEDED, logs[-4000:]
     assert "CHECK PASSED: 240 carrier and route totals (336,776 flights)" in logs, logs[-3000:]

@@ -4,7 +4,6 @@ through ray.util.metrics, read back from Ray's Prometheus endpoint."""
 
 from __future__ import annotations
 
-import time
 import urllib.request
 
 import ray
@@ -39,8 +38,12 @@ def test_blocked_spout_is_backpressured_by_its_destination_then_stalled():
     spout.start()
     try:
         until(lambda: spout.outbox.pending_emits, 10)
-        metrics.sample()
-        time.sleep(0.4)
+        metrics.sample()  # an interval in which the spout only waits for the sink
+        held0 = spout.backpressure_wait_s
+        # the interval must outlast the stall timeout (0.3 s): wait until the spout has
+        # been held for 0.4 s of it by its own clock
+        until(lambda: spout.backpressure_wait_s - held0 >= 0.4, 10, "the spout held 0.4 s",
+              interval=0.01)
         snap = spout.stats(metrics.sample())
         assert snap.backpressure_level == "HIGH" and snap.backpressure_cause == 1
         assert snap.backpressured_time_ms_per_second > 500
@@ -127,12 +130,13 @@ def test_slow_consumer_metrics_in_stats_and_in_rays_metrics(cluster, name):
         assert slow.capacity > 0.5 and 100 < slow.executed_per_s < 600
         assert src.transferred > 0 and not s.stalled
         assert f"HIGH (task {slow_task})" in s.summary()
-        got = until(lambda: _prometheus_values("ray_storm_backpressured_time_ms_per_second",
-                                               name).get(f"src:{src.task}", 0) > 500, 90,
-                    "the spout's backpressured time in Ray's metrics")
-        assert got
-        busy = _prometheus_values("ray_storm_busy_time_ms_per_second", name)
-        assert busy.get(f"slow:{slow_task}", 0) > 500
+        # each task's process exports on its own schedule: wait for each figure
+        until(lambda: _prometheus_values("ray_storm_backpressured_time_ms_per_second",
+                                         name).get(f"src:{src.task}", 0) > 500, 90,
+              "the spout's backpressured time in Ray's metrics", interval=0.5)
+        until(lambda: _prometheus_values("ray_storm_busy_time_ms_per_second",
+                                         name).get(f"slow:{slow_task}", 0) > 500, 90,
+              "the slow bolt's busy time in Ray's metrics", interval=0.5)
     finally:
         cluster.kill_topology(name)
 

@@ -1,7 +1,9 @@
 """Integration tests on a real local Ray: groupings, ordering, end of stream, backpressure,
-errors. One Ray for the session (conftest ``cluster``); every test runs with 1 worker, with
-2 workers on one node, and with 3 workers spread over 3 nodes (the ``cluster`` fixture
-below)."""
+errors. One Ray for the session (conftest ``cluster``). Every scenario whose path depends on
+where the tasks run (routing, order, end of stream, backpressure, control calls, kill) runs
+once per conftest ``workers`` layout: 1 worker, 2 workers on one node, 3 workers spread over
+3 nodes. The checks that end before any tuple crosses a worker (user errors, bad emits,
+invalid submissions, frames injected into one executor, ``run``) run once, on 1 worker."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 import ray
 
 from cluster import TopologyFailed
+from tests._util import until
 from tests.components import (
     CountBolt,
     DirectSplitter,
@@ -24,38 +27,9 @@ from topology import CollectorBolt, ConfigError, IterableSpout, TopologyBuilder,
 
 pytestmark = pytest.mark.ray
 
-_WORKERS = {"1worker": {"topology.workers": 1},
-            "2workers": {"topology.workers": 2},
-            "3workers-spread": {"topology.workers": 3, "topology.worker.placement": "spread"}}
-
-
-class _WorkersCluster:
-    """The session's LocalCluster, submitting every topology with a given worker layout."""
-
-    def __init__(self, inner, worker_conf: dict) -> None:
-        self.inner = inner
-        self.worker_conf = worker_conf
-        self.workers = worker_conf["topology.workers"]
-        self.topologies = inner.topologies
-
-    def submit_topology(self, name, conf, topology):
-        conf = {**self.worker_conf, **conf} if isinstance(conf, dict) else conf
-        return self.inner.submit_topology(name, conf, topology)
-
-    def run(self, name, conf, topology, timeout=None):
-        return self.inner.run(name, {**self.worker_conf, **conf}, topology, timeout)
-
-    def kill_topology(self, name):
-        self.inner.kill_topology(name)
-
-
-@pytest.fixture(params=list(_WORKERS))
-def cluster(request, cluster):
-    """The session cluster, with this test's worker layout (1, 2 or 3 workers)."""
-    return _WorkersCluster(cluster, _WORKERS[request.param])
-
 
 def _run(cluster, name, builder, conf=None, timeout=120):
+    """Run to completion; returns the final stats and every collector's tuples."""
     handle = cluster.submit_topology(name, conf or {}, builder.create_topology())
     try:
         assert handle.wait(timeout), handle.stats().summary()
@@ -65,7 +39,7 @@ def _run(cluster, name, builder, conf=None, timeout=120):
         cluster.kill_topology(name)
 
 
-def test_shuffle_fields_all_global(cluster, name):
+def test_shuffle_fields_all_global(cluster, workers, name):
     b = TopologyBuilder()
     b.set_spout("src", SeqSpout(2000, keys=50), 2)
     b.set_bolt("shuffled", CollectorBolt(), 3).shuffle_grouping("src")
@@ -74,7 +48,7 @@ def test_shuffle_fields_all_global(cluster, name):
     b.set_bolt("one", CollectorBolt(), 3).global_grouping("src")
     b.set_bolt("none", CollectorBolt(), 2).none_grouping("src")
     b.set_bolt("local", CollectorBolt(), 2).local_or_shuffle_grouping("src")
-    stats, got = _run(cluster, name, b)
+    stats, got = _run(cluster, name, b, workers.conf())
     topo_tasks = {t.component: [] for t in stats.tasks}
     for t in stats.tasks:
         topo_tasks[t.component].append(t.task)
@@ -84,7 +58,7 @@ def test_shuffle_fields_all_global(cluster, name):
     for task, _, src_task, _, _ in got["local"]:
         local = [t for t in topo_tasks["local"] if where[t] == where[src_task]]
         assert not local or task in local, "local_or_shuffle left a worker with a local task"
-    comps = ("shuffled", "none", "local") if cluster.workers == 1 else ("shuffled", "none")
+    comps = ("shuffled", "none", "local") if workers.count == 1 else ("shuffled", "none")
     assert len(got["local"]) == 4000
     for comp in comps:
         per_task = collections.Counter(task for task, *_ in got[comp])
@@ -106,26 +80,26 @@ def test_shuffle_fields_all_global(cluster, name):
     assert len(got["one"]) == 4000
 
 
-def test_direct_grouping(cluster, name):
+def test_direct_grouping(cluster, workers, name):
     b = TopologyBuilder()
     b.set_spout("src", SeqSpout(300))
     b.set_bolt("split", DirectSplitter()).shuffle_grouping("src")
     b.set_bolt("direct_sink", CollectorBolt(), 3).direct_grouping("split", "direct")
-    _, got = _run(cluster, name, b)
+    _, got = _run(cluster, name, b, workers.conf())
     tasks = sorted({task for task, *_ in got["direct_sink"]})
     assert len(got["direct_sink"]) == 300
     for task, _, _, stream, (seq, _) in got["direct_sink"]:
         assert stream == "direct" and task == tasks[seq % 3]
 
 
-def test_per_upstream_order_and_exact_counts(cluster, name):
+def test_per_upstream_order_and_exact_counts(cluster, workers, name):
     b = TopologyBuilder()
     b.set_spout("src", SeqSpout(20_000), 3)
     b.set_bolt("mid", PassBolt(), 2).shuffle_grouping("src")
     b.set_bolt("sink", CollectorBolt()).global_grouping("mid")
     b.set_bolt("order", CollectorBolt()).global_grouping("src")
-    stats, got = _run(cluster, name, b, {"topology.producer.batch.size": 64,
-                                         "topology.executor.receive.buffer.size": 512})
+    stats, got = _run(cluster, name, b, workers.conf({
+        "topology.producer.batch.size": 64, "topology.executor.receive.buffer.size": 512}))
     assert len(got["sink"]) == 60_000
     assert collections.Counter(v[0] for *_, v in got["sink"]) == {i: 3 for i in range(20_000)}
     last: dict = {}
@@ -136,23 +110,24 @@ def test_per_upstream_order_and_exact_counts(cluster, name):
     assert stats.total("mid", "executed") == 60_000
 
 
-def test_end_of_stream_runs_finish_and_completes(cluster, name):
+def test_end_of_stream_runs_finish_and_completes(cluster, workers, name):
     b = TopologyBuilder()
     b.set_spout("src", IterableSpout([(i, f"k{i % 7}") for i in range(700)],
                                      fields=("seq", "key")), 2)
     b.set_bolt("count", CountBolt(), 3).fields_grouping("src", ["key"])
     b.set_bolt("totals", CollectorBolt()).global_grouping("count")
-    stats, got = _run(cluster, name, b)
+    stats, got = _run(cluster, name, b, workers.conf())
     assert stats.complete and all(t.state == "done" for t in stats.tasks)
     assert sorted(v for *_, v in got["totals"]) == [[f"k{i}", 100] for i in range(7)]
 
 
-def test_slow_bolt_throttles_spout_with_bounded_queues(cluster, name):
+def test_slow_bolt_throttles_spout_with_bounded_queues(cluster, workers, name):
     """A bolt 1 ms/tuple behind a fast spout: queues stay within capacity, the spout waits
     on backpressure, and not one tuple is lost."""
     cap, batch, n = 64, 16, 3000
-    conf = {"topology.executor.receive.buffer.size": cap, "topology.producer.batch.size": batch,
-            "topology.transfer.max.inflight.batches": 2}
+    conf = workers.conf({"topology.executor.receive.buffer.size": cap,
+                         "topology.producer.batch.size": batch,
+                         "topology.transfer.max.inflight.batches": 2})
     b = TopologyBuilder()
     b.set_spout("src", SeqSpout(n))
     b.set_bolt("slow", PassBolt(delay_s=0.001)).shuffle_grouping("src")
@@ -250,33 +225,54 @@ def test_malformed_frames_counted_and_dropped(cluster, name):
         cluster.kill_topology(name)
 
 
-def test_kill_stops_a_running_topology(cluster, name):
+def test_kill_stops_a_running_topology(cluster, workers, name):
     b = TopologyBuilder()
     b.set_spout("src", SeqSpout(10**9))
     b.set_bolt("sink", PassBolt(delay_s=0.001)).shuffle_grouping("src")
-    handle = cluster.submit_topology(name, {}, b.create_topology())
-    assert not handle.wait(1.0)
-    assert handle.stats().component("src")[0].emitted > 0
+    handle = cluster.submit_topology(name, workers.conf(), b.create_topology())
+    until(lambda: handle.stats().total("sink", "executed") > 0, 60, "tuples reaching the sink")
+    assert not handle.wait(0)  # an endless spout: running until killed
     cluster.kill_topology(name)
     with pytest.raises((TopologyFailed, ray.exceptions.RayError)):
         handle.stats(timeout=10)
 
 
-def test_stats_answer_while_data_is_blocked(cluster, name):
-    """Control calls use their own concurrency group: stats() answers while every data
-    thread is blocked on a full queue."""
+def test_stats_answer_while_data_is_blocked(cluster, workers, name):
+    """Control calls use their own concurrency group: stats() answers while the data
+    threads are held, the slow bolt's in a 50 ms ``execute`` and the spout's with an emit
+    waiting in pendingEmits for that bolt's full queue (one worker) or for its worker's
+    backlog (several). The answer itself must show the spout held: a spout free to emit
+    would have no pending emit and would be thousands of tuples ahead of the bolt."""
+    cap, batch, inflight = 8, 4, 2
     b = TopologyBuilder()
     b.set_spout("src", SeqSpout(10**9))
     b.set_bolt("slow", PassBolt(delay_s=0.05)).shuffle_grouping("src")
-    handle = cluster.submit_topology(name, {"topology.executor.receive.buffer.size": 8,
-                                            "topology.producer.batch.size": 4},
-                                     b.create_topology())
-    try:
-        time.sleep(0.5)
+    handle = cluster.submit_topology(name, workers.conf({
+        "topology.executor.receive.buffer.size": cap, "topology.producer.batch.size": batch,
+        "topology.transfer.max.inflight.batches": inflight}), b.create_topology())
+    answer_s = []
+
+    def answered_while_held():
         t0 = time.monotonic()
         s = handle.stats(timeout=10)
-        assert time.monotonic() - t0 < 5
-        assert s.component("slow")[0].queue_population <= 8
+        answer_s.append(time.monotonic() - t0)
+        src, slow = s.component("src")[0], s.component("slow")[0]
+        return src.pending_emits > 0 and slow.insert_failures > 0 and s
+
+    try:
+        s = until(answered_while_held, 60, "a stats answer with the spout's emits pending")
+        assert max(answer_s) < 5, answer_s
+        src, slow = s.component("src")[0], s.component("slow")[0]
+        assert slow.queue_population <= cap and src.backpressure_wait_ms > 0
+        # tuples wait for the bolt, and the spout is no further ahead than the bounds let
+        # it be: the slow task's queue and overflow, the batches in flight to it and the
+        # one being filled, the pending emit, the tuple in execute; and one batch more, as
+        # the two tasks answer a moment apart (the bolt may take a tuple in between, and
+        # the spout send a batch into the room)
+        assert slow.executed < src.emitted
+        assert (src.emitted - slow.executed - slow.overflow
+                <= cap + inflight * batch + batch + 1 + 1 + batch), (
+            src.emitted, slow.executed, slow.overflow)
     finally:
         cluster.kill_topology(name)
 

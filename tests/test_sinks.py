@@ -63,6 +63,35 @@ def test_bounded_and_empty_cases():
             DatasetSink(**bad)
 
 
+def test_spark_blocks_give_every_column_in_one_chunk():
+    """to_spark's blocks: a sink that packed several tables (more rows than batch_rows)
+    has columns of several chunks; RayDP reads each block through pandas, and a string
+    column of several chunks comes back from pandas >= 3 as a ChunkedArray, which pyspark
+    3.5's mapInPandas rejects. Each block must be one chunk per column, in one schema."""
+    import pyarrow as pa
+
+    from cluster._handle import spark_blocks
+
+    a, b = _sink(batch_rows=3), _sink(batch_rows=4)
+    for i in range(7):
+        a.execute(_tuple((i, f"s{i}")))
+        b.execute(_tuple((None if i == 2 else i, f"t{i}")))
+    tables = [a.arrow_table(), b.arrow_table()]
+    assert tables[0].column("b").num_chunks > 1
+    schema, blocks = spark_blocks(tables)
+    assert str(schema.field("a").type) == "int64"
+    assert sum(t.num_rows for t in blocks) == 14
+    for t in blocks:
+        assert t.schema == schema
+        assert all(c.num_chunks == 1 for c in t.columns)
+        # what pyspark does with each column of a block after RayDP's to_pandas
+        assert isinstance(pa.Array.from_pandas(t.to_pandas()["b"], type=pa.string()), pa.Array)
+    assert [v for t in blocks for v in t.column("b").to_pylist()] == \
+        [f"s{i}" for i in range(7)] + [f"t{i}" for i in range(7)]
+    schema, blocks = spark_blocks([_sink(fields=("a",)).arrow_table()])
+    assert len(blocks) == 1 and blocks[0].num_rows == 0
+
+
 @pytest.mark.ray
 def test_to_dataset_gathers_every_task(cluster, name):
     n = 5000
@@ -90,15 +119,17 @@ def test_to_dataset_gathers_every_task(cluster, name):
 @pytest.mark.spark
 def test_to_spark_round_trip(cluster, spark, name):
     """Spark → topology → Spark: a DataFrame in through DataFrameSpout, back out through a
-    DatasetSink, aggregated again by Spark."""
+    DatasetSink, aggregated again by Spark. The sink packs several tables (a string column
+    of several chunks: see test_spark_blocks_give_every_column_in_one_chunk)."""
     from pyspark.sql import functions as F
 
     from topology import DataFrameSpout
 
-    df = spark.range(0, 3000).withColumn("k", F.col("id") % 10)
+    df = (spark.range(0, 3000).withColumn("k", F.col("id") % 10)
+          .withColumn("w", F.concat(F.lit("w"), F.col("k").cast("string"))))
     b = TopologyBuilder()
     b.set_spout("df", DataFrameSpout(df))
-    b.set_bolt("out", DatasetSink()).shuffle_grouping("df")
+    b.set_bolt("out", DatasetSink(batch_rows=512)).shuffle_grouping("df")
     handle = cluster.submit_topology(name, {}, b.create_topology())
     try:
         assert handle.wait(120)
@@ -107,6 +138,7 @@ def test_to_spark_round_trip(cluster, spark, name):
     finally:
         cluster.kill_topology(name)
     # still readable after the kill: RayDP holds the blocks
-    got = {r["k"]: (r["n"], r["s"]) for r in
-           back.groupBy("k").agg(F.count("*").alias("n"), F.sum("id").alias("s")).collect()}
-    assert got == {k: (300, sum(range(k, 3000, 10))) for k in range(10)}
+    got = {r["k"]: (r["n"], r["s"], r["w"]) for r in
+           back.groupBy("k").agg(F.count("*").alias("n"), F.sum("id").alias("s"),
+                                 F.max("w").alias("w")).collect()}
+    assert got == {k: (300, sum(range(k, 3000, 10)), f"w{k}") for k in range(10)}

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from topology import Fields, Tuple
+from topology import SYSTEM_COMPONENT_ID, SYSTEM_TICK_STREAM_ID, Fields, Tuple
 from topology._errors import ConfigError, TopologyError
 from topology._windows import (
     EXPIRE_EVENTS_THRESHOLD,
@@ -973,3 +973,65 @@ def test_processing_time_windows_fire_when_every_upstream_task_has_ended_then_go
     assert engine.add("replay", 1, None, 12) == [] and engine.held == 1
     last = engine.close(13)
     assert [f.window.get() for f in last] == [["replay"]] and last[-1].done == ["replay"]
+
+
+# -- the executor's stats ----------------------------------------------------------------------
+
+
+class _Collector:
+    """What WindowedBoltExecutor needs of an OutputCollector: emits and acks, recorded."""
+
+    def __init__(self) -> None:
+        self.emitted: list = []
+        self.acked: list = []
+
+    def emit(self, values, stream="default", anchors=None):
+        self.emitted.append((stream, list(values)))
+        return ()
+
+    def ack(self, tup):
+        self.acked.append(tup)
+
+    def fail(self, tup):  # pragma: no cover - no window fails here
+        raise AssertionError(f"failed {tup}")
+
+    def report_error(self, exc):  # pragma: no cover
+        raise exc
+
+
+def test_window_stats_after_the_input_ended_are_whole_numbers_or_none():
+    """Once every upstream task has ended, the engine's watermark is +infinity; the
+    executor's window_stats must still give TaskStats ints or None (the stats summary
+    formats them as ints: ``handle.stats().summary()`` raised ValueError after an event-time
+    windowed bolt had seen its whole input)."""
+    from actors._stats import TaskStats
+    from cluster._stats import TopologyStats
+    from topology._components import TopologyContext
+    from topology._windowed_executor import WindowedBoltExecutor
+
+    class Counts(WindowedBolt):
+        outputs = ("n",)
+
+        def prepare(self, conf, context, collector):
+            self.collector = collector
+
+        def execute(self, window):
+            self.collector.emit((len(window),))
+
+    ex = WindowedBoltExecutor(Counts().with_tumbling_window(Duration.of(10))
+                              .with_timestamp_field("ts").with_lag(Duration.of(5)))
+    fields = Fields("ts")
+    ex.prepare({}, TopologyContext("t", "win", 3, 0, {"src": [1, 2], "win": [3]},
+                                   sources={("src", "default"): fields}), _Collector())
+    for task, ts in ((1, 3), (2, 12), (1, 25)):
+        ex.execute(Tuple([ts], fields, "src", task, "default"))
+    ex.execute(Tuple([1], Fields("tick"), SYSTEM_COMPONENT_ID, -1, SYSTEM_TICK_STREAM_ID))
+    assert ex.window_stats()["watermark_ms"] == 7 and ex.window_stats()["watermark_lag_ms"] == 18
+    ex.upstream_ended(1)
+    ex.upstream_ended(2)
+    stats = ex.window_stats()
+    assert stats["watermark_ms"] is None and stats["watermark_lag_ms"] is None
+    assert stats["windows_fired"] == 3 and stats["window_held"] == 0
+    task = TaskStats(component="win", task=3, worker=0, state="done", **stats)
+    lines = TopologyStats("t", [task], complete=True).summary().splitlines()
+    assert "window win: 0 held, watermark - (lag - ms), 3 fired, 0 late, 0 bad" in lines

@@ -1,6 +1,7 @@
 """Several workers on a 3-node ``ray.cluster_utils.Cluster`` (conftest ``cluster``): placement,
 per-task backpressure between workers, order and exact accounting through the overflow,
-reminders, late connections, and bad input on the worker-to-worker path."""
+reminders, late connections, and bad input on the worker-to-worker path; one aggregation on
+every worker layout (conftest ``workers``)."""
 
 from __future__ import annotations
 
@@ -214,19 +215,17 @@ def test_bad_worker_to_worker_input_is_counted_and_dropped(cluster, name):
         cluster.kill_topology(name)
 
 
-def test_two_workers_same_results_as_one(cluster, name):
-    """The flights-shaped aggregation gives identical counts with 1 and 3 workers."""
-    results = []
-    for workers in (1, 3):
-        b = TopologyBuilder()
-        b.set_spout("src", SeqSpout(5000, keys=37), 2)
-        b.set_bolt("mid", PassBolt(), 3).shuffle_grouping("src")
-        b.set_bolt("sink", CollectorBolt(), 2).fields_grouping("mid", ["key"])
-        handle = cluster.submit_topology(f"{name}-{workers}", {"topology.workers": workers},
-                                         b.create_topology())
-        try:
-            assert handle.wait(120)
-            results.append(collections.Counter(v[1] for *_, v in handle.collected("sink")))
-        finally:
-            cluster.kill_topology(f"{name}-{workers}")
-    assert results[0] == results[1] and sum(results[0].values()) == 10_000
+def test_aggregation_gives_the_same_counts_on_every_layout(cluster, workers, name):
+    """The flights-shaped aggregation (a shuffle, then a fields grouping into two tasks)
+    gives the exact per-key counts with 1, 2 and 3 workers."""
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(5000, keys=37), 2)
+    b.set_bolt("mid", PassBolt(), 3).shuffle_grouping("src")
+    b.set_bolt("sink", CollectorBolt(), 2).fields_grouping("mid", ["key"])
+    handle = cluster.submit_topology(name, workers.conf(), b.create_topology())
+    try:
+        assert handle.wait(120)
+        got = collections.Counter(v[1] for *_, v in handle.collected("sink"))
+    finally:
+        cluster.kill_topology(name)
+    assert got == collections.Counter(f"k{i % 37}" for i in range(5000) for _ in range(2))

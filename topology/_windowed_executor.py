@@ -24,6 +24,7 @@ leaves the minimum (the executor calls :meth:`WindowedBoltExecutor.upstream_ende
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -183,12 +184,17 @@ class WindowedBoltExecutor(Bolt):
         self.bolt.cleanup()
 
     def window_stats(self) -> dict[str, Any]:
-        """The windows' figures for stats: tuples held, watermark (epoch ms) and its lag
-        behind the newest timestamp (ms), windows fired, late and bad tuples."""
+        """The windows' figures for stats: tuples held, watermark (epoch ms; None in
+        processing time, before every upstream task has sent a tuple, and once every one
+        has ended) and its lag behind the newest timestamp (ms), windows fired, late and
+        bad tuples. Whole numbers or None: the engine's watermark is ``math.inf`` once the
+        input has ended, which the stats (ints, formatted as such) must not carry."""
         e = self.engine
         if e is None:
             return {}
         wm, newest = e.watermark_ms, e.newest_ms
+        if wm is not None and math.isinf(wm):
+            wm = None
         return {"window_held": e.held, "watermark_ms": wm,
                 "watermark_lag_ms": None if wm is None or newest is None else newest - wm,
                 "windows_fired": e.windows_fired, "late_tuples": e.late,
