@@ -81,7 +81,7 @@ def _run(cluster, name, rows, bolt, conf, spout_tasks=2):
         cluster.kill_topology(name)
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("workers", ["1worker", "2workers"], indirect=True)
 @pytest.mark.parametrize("length,slide", [(50, 50), (60, 20)], ids=["tumbling", "sliding"])
 def test_event_time_windows_equal_spark_sqls_window_and_ack_every_tuple(
         cluster, name, workers, length, slide):
@@ -93,7 +93,7 @@ def test_event_time_windows_equal_spark_sqls_window_and_ack_every_tuple(
     bolt = (WindowWordCount().with_window(Duration.of(length), Duration.of(slide))
             .with_timestamp_field("ts"))
     stats, got = _run(cluster, name, rows, bolt,
-                      {"topology.workers": workers, "topology.message.timeout.secs": 60})
+                      workers.conf({"topology.message.timeout.secs": 60}))
     counts = Counter({(s, e, w): n for *_, (s, e, w, n) in got})
     assert len(counts) == len(got)  # each window and word once
     assert counts == _expected(rows, length, slide)
@@ -105,14 +105,15 @@ def test_event_time_windows_equal_spark_sqls_window_and_ack_every_tuple(
     assert all(t.window_held == 0 for t in win)
 
 
-def test_a_failing_window_fails_its_new_tuples_and_they_replay(cluster, name):
+@pytest.mark.parametrize("workers", ["1worker", "2workers"], indirect=True)
+def test_a_failing_window_fails_its_new_tuples_and_they_replay(cluster, name, workers):
     """Processing-time tumbling count windows: each task's first execute(window) raises;
     its tuples fail, the spout replays them, and every row is counted exactly once in the
     windows that succeeded."""
     rows = _rows(400, seed=3)
     bolt = WindowWordCount(fail_first=True).with_tumbling_window(Count(25))
-    stats, got = _run(cluster, name, rows, bolt, {"topology.message.timeout.secs": 60},
-                      spout_tasks=1)
+    stats, got = _run(cluster, name, rows, bolt,
+                      workers.conf({"topology.message.timeout.secs": 60}), spout_tasks=1)
     total = Counter()
     for *_, (_, _, word, n) in got:
         total[word] += n
