@@ -9,6 +9,8 @@ use (PEP 562), so ``import actors._acking`` works where Ray is absent.
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable
 from typing import Any
 
 _LAZY = {
@@ -30,10 +32,21 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'actors' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+def lazy_attributes(package: str, table: dict[str, str]) -> Callable[[str], Any]:
+    """A package's PEP 562 ``__getattr__``: attribute ``name`` is imported from module
+    ``table[name]`` on first use and kept in the package.
+
+    Raises (from the returned function):
+        AttributeError: ``name`` is not in ``table``.
+    """
+    def getattr_(name: str) -> Any:
+        module = table.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        setattr(sys.modules[package], name, value)
+        return value
+    return getattr_
+
+
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -7,8 +7,7 @@ below are loaded on first use (PEP 562), as in ``actors``.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from actors import lazy_attributes
 
 _LAZY = {
     "TopologyFailed": "cluster._handle", "TopologyHandle": "cluster._handle",
@@ -23,12 +22,4 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'cluster' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY)
