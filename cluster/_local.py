@@ -56,7 +56,10 @@ class LocalCluster:
                 ray.init(address=self._ray_cluster.address, log_to_driver=True)
                 self._owns_ray = True
             else:
-                kwargs = {"include_dashboard": False, "log_to_driver": True, **ray_init_kwargs}
+                # "local": a Ray of its own, as documented, never one a `ray start` left
+                # running on this machine (ray.init's default would join it)
+                kwargs = {"address": "local", "include_dashboard": False,
+                          "log_to_driver": True, **ray_init_kwargs}
                 ray.init(**kwargs)
                 self._owns_ray = True
         self.topologies: dict[str, TopologyHandle] = {}

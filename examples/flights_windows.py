@@ -46,6 +46,7 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from flights import flights_csv  # examples/flights.py: the CSV, unzipped once
 
@@ -57,22 +58,35 @@ COLUMNS = ("flight_id", "origin", "time_hour", "dep_time", "dep_delay")
 ID_INDEX = COLUMNS.index("flight_id")
 WINDOW_FIELDS = ("kind", "origin", "start_ms", "end_ms", "flights", "cancelled", "dep_n",
                  "mean_dep_delay")
-#: kind → (component, Spark SQL's window() duration and slide, windows each row is in)
-KINDS = {"1h": ("hourly", "1 hour", "1 hour", 1),
-         "3h": ("three_hourly", "3 hours", "1 hour", 3)}
+
+
+class Kind(NamedTuple):
+    """One windowed bolt: its component id, window length and slide (hours)."""
+
+    component: str
+    hours: int
+    slide_hours: int
+
+    @property
+    def per_row(self) -> int:
+        """Windows each row is in."""
+        return self.hours // self.slide_hours
+
+
+KINDS = {"1h": Kind("hourly", 1, 1), "3h": Kind("three_hourly", 3, 1)}
 MEAN_TOLERANCE = 1e-9  # minutes; Spark sums the delays in another order
 # Acking on. A row waits in its windows until the watermark passes their end: the time the
-# spouts take to move event time by the window length plus the lag (three hours and a
-# day, in run 2), plus, in run 1, a spout task waiting for the slowest one to catch up by a
-# block; the timeout covers that with room for a busy machine, since a timed-out row would
-# be replayed and counted twice.
+# spouts take to move event time by the window length plus the lag (three hours, and a
+# day in run 2), plus, in run 1, the time a spout task ahead of the others waits for the
+# slowest to catch up (up to two blocks). The timeout covers that with room for a busy
+# machine: a row timed out in its window would be replayed and counted twice.
 MESSAGE_TIMEOUT_SECS = 300
 # Per spout task. The trees a spout task keeps pending while the watermark holds them span
 # the window length plus the lag (a day and four hours of flights in run 2: under 1,300
 # rows at the busiest); the cap is several times that, so the spouts rarely wait for the
 # watermark's once-a-second steps, and still bounds what the windows hold.
 MAX_SPOUT_PENDING = 10_000
-BLOCKS = 24  # Spark partitions, so Ray blocks, of the frame the spout reads
+BLOCKS = 12  # Spark partitions, so Ray blocks (one fetch task each), of the spout's frame
 
 
 class OriginWindows(WindowedBolt):
@@ -159,31 +173,39 @@ def build(df, run: Run):
     spout = DataFrameSpout(ordered, msg_ids=True)
     b = TopologyBuilder()
     b.set_spout("flights", spout, run.spout_tasks)
-    late = b.set_bolt("late_flights", LateFlights({c: k for k, (c, *_) in KINDS.items()}))
+    late = b.set_bolt("late_flights",
+                      LateFlights({k.component: kind for kind, k in KINDS.items()}))
     windows = b.set_bolt("windows", DatasetSink(fields=WINDOW_FIELDS))
-    for kind, (component, *_) in KINDS.items():
+    for kind, k in KINDS.items():
         bolt = OriginWindows(kind).with_timestamp_field("time_hour")
-        if kind == "1h":
-            bolt.with_tumbling_window(Duration.hours(1))
+        if k.hours == k.slide_hours:
+            bolt.with_tumbling_window(Duration.hours(k.hours))
         else:
-            bolt.with_window(Duration.hours(3), Duration.hours(1))
+            bolt.with_window(Duration.hours(k.hours), Duration.hours(k.slide_hours))
         if run.lag is not None:
             bolt.with_lag(run.lag)
         bolt.with_late_tuple_stream("late")
-        late.global_grouping(component, "late")
-        b.set_bolt(component, bolt, 2).fields_grouping("flights", ["origin"])
-        windows.global_grouping(component)
+        late.global_grouping(k.component, "late")
+        b.set_bolt(k.component, bolt, 2).fields_grouping("flights", ["origin"])
+        windows.global_grouping(k.component)
     b.set_bolt("late_ids", DatasetSink(fields=("kind", "flight_ids"))) \
         .global_grouping("late_flights")
     return b.create_topology(), spout.total_rows
+
+
+def hours(n: int) -> str:
+    """``n`` hours as a Spark SQL interval: ``"1 hour"``, ``"3 hours"``."""
+    return f"{n} hour{'s' if n != 1 else ''}"
 
 
 def expected_windows(rows, kind: str):
     """Spark SQL's windows of ``rows`` for ``kind``: WINDOW_FIELDS, bounds in epoch ms."""
     from pyspark.sql import functions as F
 
-    _, length, slide, _ = KINDS[kind]
-    return (rows.groupBy(F.window("time_hour", length, slide).alias("w"), "origin")
+    k = KINDS[kind]
+    window = (F.window("time_hour", hours(k.hours)) if k.hours == k.slide_hours
+              else F.window("time_hour", hours(k.hours), hours(k.slide_hours)))
+    return (rows.groupBy(window.alias("w"), "origin")
             .agg(F.count("*").alias("flights"),
                  F.count(F.when(F.col("dep_time").isNull(), 1)).alias("cancelled"),
                  F.count("dep_delay").alias("dep_n"),
@@ -218,14 +240,15 @@ class Outcome:
     failures: list[str]
 
 
-def check(spark, df, n_rows: int, windows, late_ids, run: Run) -> Outcome:
+def check(df, n_rows: int, windows, late_ids, run: Run) -> Outcome:
     """Check a run in Spark: per kind, the windows (a DataFrame of WINDOW_FIELDS) plus the
     late rows (``late_ids``: kind, flight_id) account for every row of ``df``, each late row
     once, and the windows equal Spark SQL's aggregation of the rows that were not late."""
     from pyspark.sql import functions as F
 
     counts, lates, failures = {}, {}, []
-    for kind, (component, *_, per_row) in KINDS.items():
+    for kind, k in KINDS.items():
+        component, per_row = k.component, k.per_row
         got = windows.where(F.col("kind") == kind).cache()
         mine = late_ids.where(F.col("kind") == kind).select("flight_id").cache()
         n_late = mine.count()
@@ -284,8 +307,7 @@ def run_one(cluster, spark, df, n_rows: int, run: Run) -> bool:
         cluster.kill_topology(name)
 
     t_check = time.perf_counter()
-    print(stats.summary())  # TEMP
-    outcome = check(spark, df, n_rows, windows, late_ids, run)
+    outcome = check(df, n_rows, windows, late_ids, run)
     t_check = time.perf_counter() - t_check
     acked, failed = stats.total("flights", "acked"), stats.total("flights", "failed")
     failures = list(outcome.failures)
@@ -305,9 +327,11 @@ def run_one(cluster, spark, df, n_rows: int, run: Run) -> bool:
           f"{'s' if run.spout_tasks > 1 else ''}, {lag}): {n_rows:,} rows through the "
           f"topology in {seconds:.1f} s (Spark: {t_build:.1f} s to order the frame and "
           f"hand it over, {t_check:.1f} s to check)")
-    for kind, (component, length, slide, _) in KINDS.items():
-        shape = "tumbling" if length == slide else f"sliding by {slide}"
-        print(f"  {component:<13}{length} {shape}: {fired[component]['fired']:,} windows "
+    for kind, k in KINDS.items():
+        shape = ("tumbling" if k.hours == k.slide_hours
+                 else f"sliding by {hours(k.slide_hours)}")
+        print(f"  {k.component:<13}{hours(k.hours)} {shape}: "
+              f"{fired[k.component]['fired']:,} windows "
               f"fired, {outcome.windows[kind]:,} origin-windows, "
               f"{outcome.late[kind]:,} late rows")
     if failures:
@@ -348,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         runs = [RUNS[args.run]] if args.run != "both" else list(RUNS.values())
         passed = [run_one(cluster, spark, df, n_rows, run) for run in runs]
-        print(f"total {time.perf_counter() - t0:.1f} s")
+        print(f"all runs, with their Spark work: {time.perf_counter() - t0:.1f} s")
         return 0 if all(passed) else 1
     finally:
         stop_spark()
