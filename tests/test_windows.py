@@ -17,6 +17,7 @@ import pytest
 
 from topology import SYSTEM_COMPONENT_ID, SYSTEM_TICK_STREAM_ID, Fields, Tuple
 from topology._errors import ConfigError, TopologyError
+from topology._window_engine import WindowEngine
 from topology._windows import (
     EXPIRE_EVENTS_THRESHOLD,
     BadTimestamp,
@@ -24,7 +25,6 @@ from topology._windows import (
     Duration,
     Fire,
     WindowedBolt,
-    WindowEngine,
     WindowSpec,
     extract_timestamp,
 )

@@ -2,7 +2,7 @@
 
 ``TopologyBuilder.set_bolt`` wraps a windowed bolt in a :class:`WindowedBoltExecutor`, an
 ordinary bolt to the runtime: each input tuple goes into a ``WindowEngine``
-(topology/_windows.py), tick tuples move its time (their period is the engine's
+(topology/_window_engine.py), tick tuples move its time (their period is the engine's
 ``tick_interval_ms``, set as the component's ``topology.tick.tuple.freq.secs`` unless the
 user set a shorter one), and each window the engine fires goes to the user's
 ``execute(window)``.
@@ -17,7 +17,7 @@ when none is declared; a tuple whose timestamp field holds neither a ``datetime`
 number is bad input: counted, reported with the component, and acked (a replay would be as
 bad).
 
-Watermarks are per upstream task (topology/_windows.py); an upstream task's end of stream
+Watermarks are per upstream task (topology/_window_engine.py); an upstream task's end of stream
 leaves the minimum (the executor calls :meth:`WindowedBoltExecutor.upstream_ended`), and
 :meth:`finish` closes every open window before the user's ``finish``.
 """
@@ -31,11 +31,11 @@ from typing import Any
 from topology._components import Bolt, OutputCollector, OutputFieldsDeclarer
 from topology._fields import Fields
 from topology._tuple import Tuple
+from topology._window_engine import WindowEngine
 from topology._windows import (
     LATE_FIELDS,
     BadTimestamp,
     WindowedBolt,
-    WindowEngine,
     extract_timestamp,
 )
 
