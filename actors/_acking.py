@@ -15,7 +15,15 @@ The executor feeds events in and carries out what comes out, in the manner of Da
   :meth:`BoltLedger.on_reset_timeout`, ``on_system_message`` (an acking message that
   arrived), ``expire(now)``; ``now`` is always passed in (monotonic seconds);
 * out: acking messages to send (:meth:`take_messages`, ``(dest task, stream, values)``) and
-  user calls to make (:class:`UserCalls`: the spout's ``ack``/``fail`` with each msg id).
+  user calls to make (:class:`UserCalls`: the spout's ``ack``/``fail`` with each msg id,
+  and each fail's reason).
+
+A fail carries its reason from where it happened to the spout (``topology.max.replays``
+puts it into the dead letter of a tuple that fails for good): ``ACK_FAIL`` and
+``ACKER_FAILED`` values are ``[root, reason, root, reason, ...]`` pairs, ``reason`` a short
+str (at most :data:`MAX_REASON_CHARS`) or None; an acker keeps the first reason a tree
+failed with. A timeout's reason is :data:`TIMEOUT_REASON`. Fails are rare: the ack path
+carries nothing more.
 
 Departures from Storm, each cutting acking messages (benchmarks/acking.py counts frames per
 1000 tuples): batched acking values, implicit init (:func:`implicit_init_spout`), ack
@@ -56,13 +64,47 @@ MSG_ID, EMITTED_AT, XOR = 0, 1, 2
 #: Errors a malformed acking message raises inside a ledger (counted, never propagated)
 _MALFORMED = (TypeError, IndexError, KeyError, ValueError)
 
+#: The reason of a tree that timed out (``topology.message.timeout.secs``)
+TIMEOUT_REASON = "timeout"
+#: The reason of a tree whose tuple was dropped at ``topology.executor.overflow.limit``
+OVERFLOW_REASON = "dropped at the overflow limit"
+#: A fail's reason is cut to this many characters (it rides in an acking message)
+MAX_REASON_CHARS = 500
+
+
+def wire_reason(reason: object) -> str | None:
+    """``reason`` as it travels: a str cut to :data:`MAX_REASON_CHARS`, or None.
+
+    Raises:
+        TypeError: neither a str nor None (a malformed acking value).
+    """
+    if reason is None:
+        return None
+    if not isinstance(reason, str):
+        raise TypeError(f"a fail's reason is a str or None, got {type(reason).__name__}")
+    return reason if len(reason) <= MAX_REASON_CHARS else reason[:MAX_REASON_CHARS - 3] + "..."
+
+
+def _fail_pairs(values: list):
+    """``(root, reason)`` of ``[root, reason, ...]`` ACK_FAIL / ACKER_FAILED values.
+
+    Raises:
+        IndexError: an odd number of values. TypeError: a reason not a str or None.
+    """
+    if len(values) % 2:
+        raise IndexError("ACK_FAIL/ACKER_FAILED values are [root, reason, ...] pairs")
+    return [(root, wire_reason(r)) for root, r in zip(values[::2], values[1::2], strict=True)]
+
 
 class UserCalls(NamedTuple):
     """A spout's user calls to make: ``ack(msg_id)`` for each of ``acks``, then
-    ``fail(msg_id)`` for each of ``fails`` (Storm's ``ISpout.ack`` / ``fail``)."""
+    ``fail(msg_id)`` for each of ``fails`` (Storm's ``ISpout.ack`` / ``fail``), the i-th
+    fail for the reason ``reasons[i]`` (a str, or None: unknown; missing entries are None).
+    """
 
     acks: list
     fails: list
+    reasons: list = ()  # type: ignore[assignment]
 
 
 def implicit_init_spout(root: int, spout_tasks: tuple[int, ...]) -> int:
@@ -146,10 +188,18 @@ class _Ledger:
     def _take_more(self, held: dict) -> None:
         """A subclass adds what it holds elsewhere to ``held``."""
 
-    def fail_roots(self, roots: Iterable[int]) -> None:
-        """Fail the trees ``roots`` (their tuples were dropped: an overflow cap)."""
+    def _fail_to_acker(self, root: int, reason: str | None) -> None:
+        """Hold ``[root, reason]`` on ``ACK_FAIL`` for the acker of ``root``."""
+        self._hold(self.ackers[root % len(self.ackers)], ACK_FAIL).extend((root, reason))
+        self.held_values += 2
+
+    def fail_roots(self, roots: Iterable[int], reason: str | None = OVERFLOW_REASON) -> None:
+        """Fail the trees ``roots`` for ``reason``: their tuples were dropped (at an
+        overflow cap, the default reason) or could not be sent (``"could not serialise:
+        ..."``). Executor thread only, as every other event."""
+        reason = wire_reason(reason)
         for r in roots:
-            self._to_acker(ACK_FAIL, r)
+            self._fail_to_acker(r, reason)
 
 
 class SpoutLedger(_Ledger):
@@ -181,6 +231,9 @@ class SpoutLedger(_Ledger):
         self.trees: dict[int, tuple] = {}
         #: without ackers: msg ids to ack once ``next_tuple`` returns
         self.acks_due: list = []
+        #: with ``own_trees``: trees this task failed itself (:meth:`fail_roots`), as
+        #: ``(root, reason)``; they stay pending until the next :meth:`expire` fails them
+        self.fails_due: list = []
         self.timeouts = 0
         self.complete_latencies_ms: deque = deque(maxlen=1000)
         # root = rand(root_bits) * root_mod + own_index (root_mod if that is 0): with acker
@@ -253,22 +306,33 @@ class SpoutLedger(_Ledger):
         due, self.acks_due = self.acks_due, []
         return due
 
+    def fail_roots(self, roots: Iterable[int], reason: str | None = OVERFLOW_REASON) -> None:
+        """As :meth:`_Ledger.fail_roots`; with ``own_trees`` this task is the acker of its
+        roots, so their trees fail at the next :meth:`expire`, which makes the spout's
+        user calls (this is called from inside a send, where none are made). Until then
+        they stay pending, so the spout cannot end its stream without them."""
+        if not self.own_trees:
+            super().fail_roots(roots, reason)
+            return
+        reason = wire_reason(reason)
+        self.fails_due.extend((root, reason) for root in roots)
+
     def on_system_message(self, src: int, stream: int, values: list,
                           now: float) -> UserCalls:
         """An acking message for this spout: the acker's answers (``ACKER_*``), or with
         ``own_trees`` the bolts' ``ACK_ACK``/``ACK_FAIL``/``ACK_RESET_TIMEOUT``. Unknown
         roots (timed out, failed) are counted in ``unknown_acks``; a malformed message is
         counted in ``bad_messages``, keeping what was done before the bad value."""
-        calls = UserCalls([], [])
+        calls = UserCalls([], [], [])
         try:
             if stream == ACKER_ACKED:
                 self._complete(values, now, calls)
-            elif stream == ACKER_FAILED or stream == ACKER_RESET:
-                self._fail_or_reset(values, stream == ACKER_RESET, now, calls)
             elif self.own_trees and stream == ACK_ACK:
                 self._own_acks(values, now, calls)
-            elif self.own_trees and (stream == ACK_FAIL or stream == ACK_RESET):
-                self._fail_or_reset(values, stream == ACK_RESET, now, calls)
+            elif stream == ACKER_FAILED or (self.own_trees and stream == ACK_FAIL):
+                self._fail(values, calls)
+            elif stream == ACKER_RESET or (self.own_trees and stream == ACK_RESET):
+                self._reset(values, now)
             else:
                 raise ValueError(f"acking stream {stream} is not for a spout")
         except _MALFORMED:
@@ -289,18 +353,25 @@ class SpoutLedger(_Ledger):
         finally:  # (a malformed root raises out of the loop: count what was done)
             self.unknown_acks += unknown
 
-    def _fail_or_reset(self, roots: list, reset: bool, now: float, calls: UserCalls) -> None:
-        """Trees ``roots`` fail now, or with ``reset`` their timeout restarts at ``now``
-        (an unknown root's fail counts in ``unknown_acks``; its reset is ignored)."""
+    def _fail(self, values: list, calls: UserCalls) -> None:
+        """The trees of ``[root, reason, ...]`` fail now (an unknown root counts in
+        ``unknown_acks``)."""
+        trees = self.trees
+        for root, reason in _fail_pairs(values):
+            tree = trees.pop(root, None)
+            if tree is None:
+                self.unknown_acks += 1
+            else:
+                calls.fails.append(tree[MSG_ID])
+                calls.reasons.append(reason)
+
+    def _reset(self, roots: list, now: float) -> None:
+        """The timeouts of trees ``roots`` restart at ``now`` (unknown roots are ignored)."""
         trees = self.trees
         for root in roots:
             tree = trees.pop(root, None)
-            if tree is None:
-                self.unknown_acks += not reset
-            elif reset:  # re-inserted: now the newest
+            if tree is not None:  # re-inserted: now the newest
                 trees[root] = (tree[MSG_ID], now, *tree[XOR:])
-            else:
-                calls.fails.append(tree[MSG_ID])
 
     def _own_acks(self, values: list, now: float, calls: UserCalls) -> None:
         """The acker's work for this spout's own trees: ACK_ACK values XOR into the tree's
@@ -325,8 +396,13 @@ class SpoutLedger(_Ledger):
             self._complete(complete, now, calls)
 
     def expire(self, now: float) -> UserCalls:
-        """Fail the trees pending longer than the timeout at ``now`` (Storm's "TIMEOUT")."""
-        calls = UserCalls([], [])
+        """Fail the trees pending longer than the timeout at ``now`` (Storm's "TIMEOUT",
+        reason :data:`TIMEOUT_REASON`), after the trees failed here since the last call
+        (:attr:`fails_due`)."""
+        calls = UserCalls([], [], [])
+        if self.fails_due:
+            due, self.fails_due = self.fails_due, []
+            self._fail([x for pair in due for x in pair], calls)
         if self.timeout_s <= 0:
             return calls
         limit, trees = now - self.timeout_s, self.trees
@@ -336,6 +412,7 @@ class SpoutLedger(_Ledger):
                 break
             self.timeouts += 1
             calls.fails.append(trees.pop(root)[MSG_ID])
+            calls.reasons.append(TIMEOUT_REASON)
         return calls
 
 
@@ -435,11 +512,12 @@ class BoltLedger(_Ledger):
                 held[(implicit_init_spout(key << 47, self.spout_tasks), ACKER_ACKED)] = roots
                 self._completed[key] = []
 
-    def on_fail(self, tup: Any) -> bool:
-        """Storm's ``fail``: every root of ``tup`` fails now (``__ack_fail``). Returns
-        :attr:`messages_due`."""
+    def on_fail(self, tup: Any, reason: str | None = None) -> bool:
+        """Storm's ``fail``: every root of ``tup`` fails now for ``reason`` (a short str,
+        or None; ``__ack_fail``). Returns :attr:`messages_due`."""
+        reason = wire_reason(reason)
         for root in tup.anchors[::2]:
-            self._to_acker(ACK_FAIL, root)
+            self._fail_to_acker(root, reason)
         return self.messages_due
 
     def on_reset_timeout(self, tup: Any) -> bool:
@@ -452,13 +530,14 @@ class BoltLedger(_Ledger):
 class AckerTree:
     """One tree in an acker's table (Storm's ``Acker`` keeps the same per root)."""
 
-    __slots__ = ("xor", "spout", "started", "failed")
+    __slots__ = ("xor", "spout", "started", "failed", "reason")
 
     def __init__(self, xor: int, spout: int, started: float) -> None:
         self.xor = xor
         self.spout = spout  # the spout task to answer (-1 until its ACK_INIT arrives)
         self.started = started  # start or last reset (monotonic s)
         self.failed = False
+        self.reason: str | None = None  # the first fail's reason
 
 
 class AckerLedger(_Ledger):
@@ -501,12 +580,13 @@ class AckerLedger(_Ledger):
                 else:
                     self._ack(pairs, now)
             elif stream == ACK_FAIL:
-                for root in values:
+                for root, reason in _fail_pairs(values):
                     t = self.trees.get(root)
                     if t is None:
                         t = self.trees[root] = AckerTree(
                             0, implicit_init_spout(root, self.spout_tasks), now)
-                    t.failed = True
+                    if not t.failed:
+                        t.failed, t.reason = True, reason
                     if t.spout >= 0:
                         self._done(root, t)
             elif stream == ACK_RESET:
@@ -538,7 +618,7 @@ class AckerLedger(_Ledger):
             if t is None:  # an implicit init, or an ack before the init
                 spout = implicit_init_spout(root, spouts)
                 if v == 0 and spout >= 0:  # a whole tree in one ack: no entry
-                    self._answer(spout, root, False)
+                    self._answer(spout, root, None)
                     continue
                 trees[root] = AckerTree(v ^ 0, spout, now)
                 continue
@@ -563,13 +643,19 @@ class AckerLedger(_Ledger):
 
     def _done(self, root: int, t: AckerTree) -> None:
         del self.trees[root]
-        self._answer(t.spout, root, t.failed)
+        self._answer(t.spout, root, t if t.failed else None)
 
-    def _answer(self, spout: int, root: int, failed: bool) -> None:
-        self.acked += not failed
-        self.failed += failed
-        self._hold(spout, ACKER_FAILED if failed else ACKER_ACKED).append(root)
-        self.held_values += 1
+    def _answer(self, spout: int, root: int, failed: AckerTree | None) -> None:
+        """Answer ``spout``: the tree of ``root`` completed, or ``failed`` (its entry,
+        for the reason)."""
+        if failed is None:
+            self.acked += 1
+            self._hold(spout, ACKER_ACKED).append(root)
+            self.held_values += 1
+        else:
+            self.failed += 1
+            self._hold(spout, ACKER_FAILED).extend((root, failed.reason))
+            self.held_values += 2
 
     def expire(self, now: float) -> UserCalls:
         """Forget trees older than the timeout at ``now`` (their spouts fail them)."""
@@ -583,4 +669,4 @@ class AckerLedger(_Ledger):
         return _NO_CALLS
 
 
-_NO_CALLS = UserCalls((), ())  # type: ignore[arg-type]
+_NO_CALLS = UserCalls((), (), ())  # type: ignore[arg-type]

@@ -71,7 +71,8 @@ class ActorSink:
     """
 
     __slots__ = ("_send", "_src", "_max", "_inflight", "_core", "dest", "sent_batches",
-                 "_remote", "_may_send", "_next", "_acked", "_epoch", "resets")
+                 "_remote", "_may_send", "_next", "_acked", "_epoch", "resets",
+                 "_frame_limit", "cut_frames")
 
     def __init__(self, send, src_task: int, dest_task: int, max_inflight: int,
                  core: ExecutorCore, remote: bool = False) -> None:
@@ -89,6 +90,14 @@ class ActorSink:
         self._epoch = time.time_ns() if core.inbound.reconstructed else 0
         self.sent_batches = 0
         self.resets = 0
+        # a frame stays within half the receive queue's byte bound (and the frame cap), so
+        # one frame never needs more than the queue has (docs/overload.md, byte bounds)
+        c = core.conf
+        limit, bound = c["topology.transfer.max.frame.bytes"], c[
+            "topology.executor.receive.buffer.bytes"]
+        self._frame_limit = min(limit, max(1, bound // 2)) if bound else limit
+        #: batches sent in more than one frame because of the frame byte limit
+        self.cut_frames = 0
 
     def _reap(self) -> None:
         # each call's reply is a future (Ray completes it from its own thread), so checking
@@ -149,25 +158,43 @@ class ActorSink:
         return self._send_frame(items)
 
     def _send_frame(self, items: list) -> int:
+        """Send a prefix of ``items`` as one frame; returns how many it took: all, or
+        fewer when the frame would pass the frame byte limit (the rest stay in the
+        batch). One tuple always goes, alone if it must."""
+        n = len(items)
         try:
             frame = encode_batch(self._src, items, self._next, self._epoch)
+            while len(frame) > self._frame_limit and n > 1:
+                n = max(1, n * self._frame_limit // len(frame))
+                frame = encode_batch(self._src, items[:n], self._next, self._epoch)
         except TypeError:
+            n = len(items)
             frame = self._encode_skipping_bad(items)
+        if n < len(items):
+            self.cut_frames += 1
         fut = self._send(frame).future()
         fut.add_done_callback(self._wake_sender)  # a credit is back: retry pending_emits
         self._inflight.append(fut)
         self._next += 1
         self.sent_batches += 1
-        return len(items)
+        return n
 
     def _encode_skipping_bad(self, items: list) -> bytes:
+        """The frame of ``items`` without those the codec cannot carry: each is reported,
+        and with acking its trees fail now (reason ``"could not serialise: <error>"``), so
+        its spout replays it or, at ``topology.max.replays``, gives it up as a dead letter
+        (instead of waiting for the timeout). Runs on the executor thread (every send
+        does), so the task's ledger is at hand."""
         good = []
+        ledger = self._core.ledger
         for it in items:
             try:
                 encode_batch(self._src, [it])
                 good.append(it)
             except TypeError as e:
                 self._core.errors.report(e, "emit (serialisation)")
+                if ledger is not None and len(it) > 2 and it[0] >= 0 and it[2]:
+                    ledger.fail_roots(it[2][::2], f"could not serialise: {e}")
         return encode_batch(self._src, good, self._next, self._epoch)
 
     def outstanding(self) -> int:
@@ -363,7 +390,7 @@ class ExecutorActor:
         core = self.core
         try:
             src, epoch, seq, items = decode_batch(frame, self._max_frame, len(core.streams))
-            ack, report = core.inbound.accept_frame(src, seq, items, True, epoch)
+            ack, report = core.inbound.accept_frame(src, seq, items, True, epoch, len(frame))
         except (FrameError, ValueError) as e:
             self._bad_frame(e)
             return None
@@ -397,7 +424,7 @@ class ExecutorActor:
         core = self.core
         try:
             src, epoch, seq, items = decode_batch(frame, self._max_frame, len(core.streams))
-            return core.inbound.accept_frame(src, seq, items, False, epoch)[0]
+            return core.inbound.accept_frame(src, seq, items, False, epoch, len(frame))[0]
         except (FrameError, ValueError) as e:
             self._bad_frame(e)
             return None
@@ -420,7 +447,8 @@ class ExecutorActor:
 
     @ray.method(concurrency_group="control")
     def collected(self) -> list:
-        """What a ``CollectorBolt`` task holds (``[]`` for other components)."""
+        """What a ``CollectorBolt`` or ``DeadLetterSink`` task holds (its ``received``;
+        ``[]`` for other components)."""
         return list(getattr(self.core.obj, "received", []))
 
     @ray.method(concurrency_group="control")

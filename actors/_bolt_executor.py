@@ -8,6 +8,7 @@ import time
 from actors._collectors import BoltCollector
 from actors._executor import EOS_STREAM, FLUSH, ExecutorCore
 from actors._streams import SystemStream
+from backpressure import SITE_QUEUE
 from topology import SYSTEM_COMPONENT_ID, SYSTEM_TICK_STREAM_ID, BatchBolt, Tuple
 from topology._tuple import TICK_FIELDS
 
@@ -95,6 +96,17 @@ class BoltExecutor(ExecutorCore):
                 self.latency_n += 1
         self.executed += 1
 
+    def handle_timed(self, el, arrived_at: float) -> None:
+        """:meth:`handle` for a shedding bolt: a data tuple whose time in the queue (from
+        ``arrived_at``, monotonic s) is past the target is shed, not executed (CoDel's
+        sojourn time, backpressure/_shed.py); markers, ticks and flushes never are."""
+        if el is not FLUSH and el[1] >= 0:
+            shedder = self.shedder
+            if shedder.on_dequeue(time.monotonic() - arrived_at):
+                shedder.count(self.stream_name(el[1]), SITE_QUEUE)
+                return
+        self.handle(el)
+
     def _control(self, src: int, s: int, values) -> None:
         super()._control(src, s, values)
         if s == EOS_STREAM:
@@ -177,8 +189,10 @@ class BoltExecutor(ExecutorCore):
         self.executed += len(batch)
 
     def _loop(self) -> None:
-        q, outbox, handle = self.queue, self.outbox, self.handle
+        q, outbox = self.queue, self.outbox
         pending = outbox.pending_emits
+        timed = self.shedder is not None
+        handle = self.handle_timed if timed else self.handle
 
         def keep_running() -> bool:
             return not pending
@@ -189,7 +203,7 @@ class BoltExecutor(ExecutorCore):
             self._timers(is_acker)
             if not pending or outbox.try_flush_pending():
                 bp_idle = 0
-                if q.consume(handle, keep_running):
+                if q.consume(handle, keep_running, timed):
                     if self._batch_in:
                         self.run_batch()
                     idle = 0

@@ -8,6 +8,7 @@ acking ledger (``actors/_acking.py``) and handed to each target's batch
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -95,13 +96,19 @@ class _Emitter:
 
 class SpoutCollector(_Emitter, SpoutOutputCollector):
     """A spout's collector: an emit with a ``msg_id`` starts a tuple tree in the ledger
-    (acked at once without ackers); without one the tuple is untracked."""
+    (acked at once without ackers); without one the tuple is untracked.
+
+    Attributes:
+        fail_reason: during the spout's ``fail(msg_id)``, why that tree failed (see
+            ``SpoutOutputCollector.fail_reason``); None at any other time.
+    """
 
     def __init__(self, component_id: str, streams: dict, routers: dict[str, StreamRouter],
                  outbox: Outbox, errors: ErrorReporter, flush_acks: Callable[[], None],
                  ledger: SpoutLedger) -> None:
         super().__init__(component_id, streams, routers, outbox, errors, flush_acks)
         self._ledger = ledger
+        self.fail_reason: str | None = None
 
     def emit(self, values, stream: str = DEFAULT_STREAM, msg_id: Any = None
              ) -> tuple[int, ...]:
@@ -266,14 +273,28 @@ class BoltCollector(_Emitter, OutputCollector):
         if ledger.on_ack(tup):
             self._flush_acks()
 
-    def fail(self, tup: Tuple) -> None:
-        """Storm's ``fail``: the tuple's trees fail now, and their spouts replay them."""
+    def fail(self, tup: Tuple, reason: str | None = None) -> None:
+        """Storm's ``fail``: the tuple's trees fail now, and their spouts replay them (or,
+        at ``topology.max.replays``, give them up as dead letters). The reason travels to
+        the spout: ``reason`` if given; else, called while an exception is being handled
+        (the executor's fail after ``execute`` raised, or the bolt's own ``except``
+        block), ``"<ExceptionClass>: <message> (in bolt '<id>')"``; else ``"failed by
+        bolt '<id>'"``."""
         if tup.done:
             return
         tup.done = True
         self.failed += 1
-        if tup.anchors and self._ledger is not None and self._ledger.on_fail(tup):
-            self._flush_acks()
+        if tup.anchors and self._ledger is not None:
+            if reason is None:
+                reason = self._reason(sys.exc_info()[1])
+            if self._ledger.on_fail(tup, reason):
+                self._flush_acks()
+
+    def _reason(self, exc: BaseException | None) -> str:
+        """A fail's reason: the exception being handled, or the bolt's own fail."""
+        if exc is None:
+            return f"failed by bolt {self._component_id!r}"
+        return f"{type(exc).__name__}: {exc} (in bolt {self._component_id!r})"
 
     def reset_timeout(self, tup: Tuple) -> None:
         """Storm's ``resetTimeout``: the tuple's trees time out later."""

@@ -43,7 +43,13 @@ from actors._inbound import Inbound
 from actors._outbox import Outbox, Sink
 from actors._routing import build_routers, stream_table, task_links
 from actors._stats import IntervalMetrics, TaskStats, task_stats
-from backpressure import BackPressureStatus, JCQueue, make_policy, make_wait_strategy
+from backpressure import (
+    BackPressureStatus,
+    JCQueue,
+    LoadShedder,
+    make_policy,
+    make_wait_strategy,
+)
 from topology import ACKER_ID, StormTopology, TopologyContext, effective_batch_size, make_config
 
 logger = logging.getLogger("storm_on_ray.executor")
@@ -89,7 +95,14 @@ class ExecutorCore:
         self.wakeup = threading.Event()
         self.queue = JCQueue(f"{cid}:{task_id}", c["topology.executor.receive.buffer.size"],
                              1, c["topology.executor.overflow.limit"], self.bp_wait,
-                             self.wakeup)
+                             self.wakeup, c["topology.executor.receive.buffer.bytes"] or 0,
+                             c["topology.executor.overflow.limit.bytes"] or 0)
+        #: latency-first shedding (a bolt with ``topology.backpressure.overload`` "shed")
+        self.shedder = (
+            LoadShedder(c["topology.shed.latency.target.ms"] / 1000.0,
+                        c["topology.metrics.interval.secs"])
+            if c["topology.backpressure.overload"] == "shed" and not spec.is_spout
+            and cid != ACKER_ID else None)
         self.streams = stream_table(topology)
         self.links = links = task_links(topology, task_id, task_worker)
         self.destinations = links.destinations
@@ -120,7 +133,7 @@ class ExecutorCore:
             task_id, cid, self.queue, links.upstream, links.back_sources,
             c["topology.executor.overflow.limit"] or c["topology.executor.receive.buffer.size"],
             bool(topology.acker_tasks), self.policy, self.log_throttle, self.done.is_set,
-            lambda: self._stop)
+            lambda: self._stop, self.shedder, self.stream_name)
         self.collector = self._make_collector(build_routers(topology, cid, task_id,
                                                             task_worker))
         # counters of this task's own calls (the collector and the ledger count theirs)
@@ -163,6 +176,11 @@ class ExecutorCore:
         if self.is_acker:
             return AckerLedger(ackers, spouts, timeout_s)
         return BoltLedger(ackers, spouts, topology.ackers_in_spouts, rand) if ackers else None
+
+    def stream_name(self, s: int) -> str:
+        """``"component:stream"`` of wire stream index ``s`` (for counts and logs)."""
+        comp, sid, _ = self.streams[s]
+        return f"{comp}:{sid}"
 
     # -- counters over the rooms ---------------------------------------------------------
     @property
@@ -326,6 +344,10 @@ class ExecutorCore:
             calls = self.ledger.expire(now)
             if calls.fails:
                 self._user_calls(calls)
+        if self.shedder is not None:
+            line = self.shedder.interval_report(now)
+            if line is not None:
+                logger.warning("%s:%d: %s", self.component_id, self.task_id, line)
 
     def _wait_limit(self) -> float | None:
         """How long an idle wait may last: until the next flush while something waits to

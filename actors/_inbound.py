@@ -6,7 +6,11 @@ back in order. Frames from this worker block while the receive queue is full (wh
 the sender's credit); frames from another worker never block: they go to the overflow
 while the queue is full or the overflow is in use (Storm 2.0's ``transferLocalBatch`` and
 ``overflowQ``, seeds/storm2-backpressure-model.txt), and the task's flow-control policy
-decides when to report a backlog to the worker's transfer actor.
+decides when to report a backlog to the worker's transfer actor. A shedding task
+(``topology.backpressure.overload: "shed"``, :class:`backpressure.LoadShedder`) blocks no
+sender and uses no overflow for data: what finds its queue full is shed on arrival.
+Frames count their wire bytes against the queue's byte bound
+(``topology.executor.receive.buffer.bytes``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,14 @@ from collections.abc import Callable, Iterable
 
 from actors._errors import LogThrottle
 from actors._streams import SystemStream
-from backpressure import FlowControlPolicy, JCQueue, QueueInterrupted, Report
+from backpressure import (
+    SITE_ARRIVAL,
+    FlowControlPolicy,
+    JCQueue,
+    LoadShedder,
+    QueueInterrupted,
+    Report,
+)
 
 logger = logging.getLogger("storm_on_ray.executor")
 
@@ -34,8 +45,8 @@ class _Sender:
 
     def __init__(self, next_seq: int, epoch: int) -> None:
         self.next_seq = next_seq
-        #: frames that arrived before ``next_seq``: seq → items
-        self.early: dict[int, list] = {}
+        #: frames that arrived before ``next_seq``: seq → (items, wire bytes)
+        self.early: dict[int, tuple[list, int]] = {}
         self.epoch = epoch
 
 
@@ -55,12 +66,16 @@ class Inbound:
         log_throttle: limits the drop warnings.
         ended: True once the task has ended (late frames are then counted and dropped).
         stopped: True once the task is killed (a blocked insert then raises).
+        shedder: the task sheds load (``"shed"``) instead of blocking; None: it blocks.
+        stream_name: stream index → ``"component:stream"`` (for the shed counts).
     """
 
     def __init__(self, task_id: int, component_id: str, queue: JCQueue,
                  upstream: Iterable[int], back_sources: Iterable[int], back_edge_cap: int,
                  acking: bool, policy: FlowControlPolicy, log_throttle: LogThrottle,
-                 ended: Callable[[], bool], stopped: Callable[[], bool]) -> None:
+                 ended: Callable[[], bool], stopped: Callable[[], bool],
+                 shedder: LoadShedder | None = None,
+                 stream_name: Callable[[int], str] = str) -> None:
         self.task_id = task_id
         self.component_id = component_id
         self.queue = queue
@@ -72,6 +87,8 @@ class Inbound:
         self._log_throttle = log_throttle
         self._ended = ended
         self._stopped = stopped
+        self.shedder = shedder
+        self._stream_name = stream_name
         self._senders: dict[int, _Sender] = {}
         self._lock = threading.Lock()  # the policy's receiving state, the dropped roots
         self._report_seq = time.time_ns()  # above any report of an earlier incarnation
@@ -93,7 +110,7 @@ class Inbound:
         return self._stopped() or self._ended()
 
     def accept_frame(self, src_task: int, seq: int, items: list, remote: bool,
-                     epoch: int = 0) -> tuple[int | None, tuple | None]:
+                     epoch: int = 0, nbytes: int = 0) -> tuple[int | None, tuple | None]:
         """Take the ``seq``-th decoded batch of ``epoch`` from ``src_task``, in order.
 
         A frame that arrives early waits (at most the sender's window,
@@ -105,6 +122,8 @@ class Inbound:
         frames held back for the older epoch are dropped (with acking, their trees time out
         and replay) and later frames of an older epoch are stale. A restarted receiver
         (``reconstructed``) takes the first frame of an unknown sender as its start.
+        ``nbytes`` (the frame's length) counts against the queue's byte bound; a shedding
+        task takes local frames as remote ones (it never blocks).
 
         Returns:
             ``(ack, report)``: the highest seq of the current epoch from ``src_task`` now
@@ -132,7 +151,7 @@ class Inbound:
             self.duplicate_frames += 1
             return expected - 1, None
         if seq > expected:
-            early[seq] = items
+            early[seq] = (items, nbytes)
             self.early_frames += 1
             return expected - 1, None
         report = None
@@ -142,29 +161,32 @@ class Inbound:
                 # would hold the sender for ever (a bolt's late acks of trees its spout
                 # already timed out, an end marker sent again). Acknowledged and counted.
                 self.late_items += len(items)
-            elif remote:
-                r = self.receive_remote_items(src_task, items)
+            elif remote or self.shedder is not None:
+                r = self.receive_remote_items(src_task, items, nbytes)
                 if report is None:
                     report = r
             else:
                 try:
                     self.queue.publish_all([(src_task, *it) for it in items],
-                                           self._interrupted)
+                                           self._interrupted, nbytes)
                 except QueueInterrupted:
                     if self._stopped():
                         raise
                     self.late_items += len(items)  # it ended while we waited
             expected += 1
             st.next_seq = expected
-            items = early.pop(expected, None)
+            items, nbytes = early.pop(expected, (None, 0))
         return expected - 1, report
 
-    def receive_remote_items(self, src_task: int, items: list) -> tuple | None:
-        """Insert a batch that came from another worker; never blocks.
+    def receive_remote_items(self, src_task: int, items: list, nbytes: int = 0
+                             ) -> tuple | None:
+        """Insert a batch that came from another worker (of ``nbytes`` wire bytes); never
+        blocks.
 
         Into the receive queue while the overflow is empty and there is room, else into
         the overflow (or dropped and counted beyond ``topology.executor.overflow.limit``,
-        logged at most once per ``topology.error.throttle.interval.secs``).
+        logged at most once per ``topology.error.throttle.interval.secs``). A shedding
+        task sheds the data tuples that do not fit instead (see :meth:`_shed_insert`).
 
         Returns:
             A report for the transfer actor, ``(task, backlogged, since, seq, reminder)``,
@@ -172,6 +194,9 @@ class Inbound:
         """
         q = self.queue
         elements = [(src_task, *it) for it in items]
+        if self.shedder is not None:
+            self._shed_insert(elements, nbytes)
+            return None
         eos = []  # the end of stream, and the drained marker before it, never dropped
         while elements and elements[-1][1] in _MARKERS:
             eos.insert(0, elements.pop())
@@ -186,7 +211,7 @@ class Inbound:
         limit = self.back_edge_cap if src_task in self.back_sources else None
         lost: list | None = [] if limit is not None and self._acking else None
         if elements:
-            _, d = q.publish_remote(elements, limit=limit, dropped_out=lost)
+            _, d = q.publish_remote(elements, limit=limit, dropped_out=lost, nbytes=nbytes)
             dropped += d
         if eos:
             q.publish_remote(eos, limit=0)
@@ -206,6 +231,29 @@ class Inbound:
             if r is Report.NONE:
                 return None
             return self._report(True, r is Report.REMINDER)
+
+    def _shed_insert(self, elements: list, nbytes: int) -> None:
+        """A shedding task's insert (any sender; never blocks, never reports): what fits
+        the receive queue enters it; of the rest, data tuples are shed (site
+        ``"arrival"``) and system elements (end markers) go to the overflow, which then
+        holds order for them."""
+        q = self.queue
+        n = q.try_fill(elements, nbytes) if q.is_empty_overflow() else 0
+        if n == len(elements):
+            return
+        ctrl = []
+        shed: dict[int, int] = {}
+        for el in elements[n:] if n else elements:
+            s = el[1]
+            if s >= 0:
+                shed[s] = shed.get(s, 0) + 1
+            else:
+                ctrl.append(el)
+        with self._lock:
+            for s, k in shed.items():
+                self.shedder.count(self._stream_name(s), SITE_ARRIVAL, k)
+        if ctrl:
+            q.publish_remote(ctrl, limit=0)
 
     def take_dropped_roots(self) -> list:
         """Roots of the tuples dropped at a back edge's cap since the last call (their

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import msgpack
 
-from topology import ACKER_ID, EmitError, Fields, StormTopology
+from topology import ACKER_ID, DEAD_LETTER_STREAM, EmitError, Fields, StormTopology
 
 
 def stable_hash(value: object) -> int:
@@ -104,6 +104,23 @@ class StreamRouter:
                             f"{task}; direct subscriber tasks: {sorted(self.direct_tasks)}")
 
 
+class CountingRouter(StreamRouter):
+    """A router that counts the tuples it routes (:attr:`routed`): the dead-letter stream's,
+    so ``stats()`` counts dead letters without a check on any other stream's emits (never
+    ``fixed``: every emit goes through :meth:`route`)."""
+
+    __slots__ = ("routed",)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fixed = None
+        self.routed = 0
+
+    def route(self, values) -> tuple[int, ...]:
+        self.routed += 1
+        return super().route(values)
+
+
 def stream_table(topology: StormTopology) -> list[tuple[str, str, Fields]]:
     """Every (component, stream, fields) in a fixed order: the index is the wire stream id."""
     return [(cid, sid, topology.components[cid].streams[sid])
@@ -145,8 +162,9 @@ def build_routers(topology: StormTopology, component: str, task: int,
                 subs.append(_Sub("all", tuple(tasks)))
             elif g.kind == "global":
                 subs.append(_Sub("global", (min(tasks),)))
-        routers[sid] = StreamRouter(component, sid, table[(component, sid)], fields,
-                                    subs or [_Sub("all", ())], frozenset(direct))
+        cls = CountingRouter if sid == DEAD_LETTER_STREAM else StreamRouter
+        routers[sid] = cls(component, sid, table[(component, sid)], fields,
+                           subs or [_Sub("all", ())], frozenset(direct))
     return routers
 
 

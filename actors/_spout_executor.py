@@ -30,20 +30,27 @@ class SpoutExecutor(ExecutorCore):
 
     def _user_calls(self, calls: UserCalls) -> None:
         """The spout's ``ack``/``fail`` for what the ledger resolved (user code: an
-        exception is reported and the loop goes on)."""
+        exception is reported and the loop goes on). During each ``fail`` the collector's
+        ``fail_reason`` is that fail's reason."""
         for m in calls.acks:
             self._acked += 1
             try:
                 self.obj.ack(m)
             except Exception as e:
                 self.errors.report(e, "ack")
-        for m in calls.fails:
+        if not calls.fails:
+            return
+        col, reasons = self.collector, calls.reasons
+        for i, m in enumerate(calls.fails):
             self._failed += 1
             self._fails_since_exhausted = True
+            col.fail_reason = reasons[i] if i < len(reasons) else None
             try:
                 self.obj.fail(m)
             except Exception as e:
                 self.errors.report(e, "fail")
+            finally:
+                col.fail_reason = None
 
     def _loop(self) -> None:
         """Storm's spout loop. The receive queue is checked every

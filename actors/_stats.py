@@ -77,7 +77,9 @@ class TaskStats:
     ``topology.message.timeout.secs``), ``pending_tuples`` (a spout's trees in flight, an
     acker's trees tracked), ``complete_latencies_ms`` (a spout's recent emit-to-ack times),
     ``completed_trees`` (one-ack trees a bolt completed itself), ``folded_acks`` (acks a
-    bolt piggybacked on its anchored emits), ``unknown_acks`` (acks for trees not held).
+    bolt piggybacked on its anchored emits), ``unknown_acks`` (acks for trees not held),
+    ``dead_letters`` (a spout's tuples given up at ``topology.max.replays`` and emitted on
+    the dead-letter stream; 0 for other tasks).
 
     Receive queue (Storm 2.0's JCQueue): ``queue_population`` / ``queue_capacity``
     (tuples now / bound), ``queue_pct_full`` (0..1), ``overflow`` (tuples in the overflow
@@ -85,6 +87,13 @@ class TaskStats:
     ``queue_sojourn_time_ms``, ``insert_failures`` (inserts that found it full),
     ``dropped_messages`` (dropped at ``topology.executor.overflow.limit``),
     ``overflowed_total`` (tuples ever put in the overflow); ``queue`` is the same as a dict.
+    Bytes: ``queued_bytes`` / ``queue_capacity_bytes`` (wire bytes in the receive queue
+    now / its byte bound, 0: none), ``overflow_bytes``.
+
+    Shedding (``topology.backpressure.overload`` "shed", backpressure/_shed.py): ``shed``
+    (tuples shed), ``shed_by_stream`` (``{"component:stream": {"queue" | "arrival": n}}``,
+    by input stream and site), ``last_sojourn_ms`` (the queue time of the last tuple that
+    left the queue; None unless shedding).
 
     Backpressure (seeds/storm2-backpressure-model.txt): ``backpressure_policy`` (its name),
     ``backlogged`` (this task's overflow is in use: other workers hold their sends to it),
@@ -136,6 +145,7 @@ class TaskStats:
     completed_trees: int = 0
     folded_acks: int = 0
     unknown_acks: int = 0
+    dead_letters: int = 0
     queue_population: int = 0
     queue_capacity: int = 0
     queue_pct_full: float = 0.0
@@ -146,6 +156,12 @@ class TaskStats:
     dropped_messages: int = 0
     overflowed_total: int = 0
     queue: dict[str, Any] = field(default_factory=dict, repr=False)
+    queued_bytes: int = 0
+    queue_capacity_bytes: int = 0
+    overflow_bytes: int = 0
+    shed: int = 0
+    shed_by_stream: dict[str, dict[str, int]] = field(default_factory=dict)
+    last_sojourn_ms: float | None = None
     backpressure_policy: str = ""
     backlogged: bool = False
     pending_emits: int = 0
@@ -251,11 +267,14 @@ def task_stats(core: Any, interval: IntervalMetrics | None = None) -> TaskStats:
         completed_trees=getattr(ledger, "completed_trees", 0),
         folded_acks=getattr(ledger, "folded_acks", 0),
         unknown_acks=getattr(ledger, "unknown_acks", 0),
+        dead_letters=_dead_letters(core),
         queue_population=q.population, queue_capacity=q.capacity,
         queue_pct_full=q.pct_full, overflow=q.overflow,
         queue_arrival_rate_secs=q.arrival_rate_secs, queue_sojourn_time_ms=q.sojourn_time_ms,
         insert_failures=q.insert_failures, dropped_messages=q.dropped_messages,
         overflowed_total=core.queue.overflowed_total, queue=q.to_dict(),
+        queued_bytes=q.population_bytes, queue_capacity_bytes=q.capacity_bytes,
+        overflow_bytes=q.overflow_bytes, **_shed_stats(core.shedder),
         backpressure_policy=policy.name, backlogged=bool(policy.backlogged),
         pending_emits=len(out.pending_emits), max_pending_emits=out.max_pending_emits,
         batched=out.batched(), send_failures=out.send_failures,
@@ -271,6 +290,23 @@ def task_stats(core: Any, interval: IntervalMetrics | None = None) -> TaskStats:
         error_count=core.errors.total, errors=core.errors.snapshot(),
         **_window_stats(core))
     return stats.with_interval(interval)
+
+
+def _shed_stats(shedder: Any) -> dict[str, Any]:
+    """A shedding task's counts (empty for one that blocks)."""
+    if shedder is None:
+        return {}
+    return {"shed": shedder.total, "shed_by_stream": shedder.by_stream(),
+            "last_sojourn_ms": shedder.last_sojourn_s * 1000.0}
+
+
+def _dead_letters(core: Any) -> int:
+    """Tuples a spout emitted on the dead-letter stream (counted by that stream's
+    ``CountingRouter``; 0 for bolts and for spouts without the stream)."""
+    from topology import DEAD_LETTER_STREAM
+
+    r = core.collector.routers.get(DEAD_LETTER_STREAM) if core.is_spout else None
+    return getattr(r, "routed", 0)
 
 
 def _window_stats(core: Any) -> dict[str, Any]:

@@ -14,7 +14,9 @@ class SystemStream(IntEnum):
     """Wire indexes of the system streams (user streams count up from 0).
 
     One acking message carries many roots: ``ACK_INIT`` and ``ACK_ACK`` values are
-    ``[root, xor, root, xor, ...]`` (``ACK_INIT``'s spout task is the sender), the others
+    ``[root, xor, root, xor, ...]`` (``ACK_INIT``'s spout task is the sender),
+    ``ACK_FAIL`` and ``ACKER_FAIL`` values ``[root, reason, root, reason, ...]`` (``reason``
+    a short str or None: why the tree failed, see actors/_acking.py), the others
     ``[root, root, ...]``. :attr:`storm_name` gives Storm's stream id.
     """
 

@@ -1,4 +1,5 @@
-"""The flow-control core, free of I/O: bounded queues, batch inserters, wait strategies.
+"""The flow-control core, free of I/O: bounded queues, batch inserters, wait strategies,
+flow-control policies and load shedding.
 
 Storm 2.0's messaging and backpressure model (seeds/storm2-messaging-redesign.txt,
 seeds/storm2-backpressure-model.txt). Nothing here imports Ray: actors carry out what
@@ -14,6 +15,7 @@ from backpressure._policy import (
     make_policy,
 )
 from backpressure._rate import RateTracker
+from backpressure._shed import SITE_ARRIVAL, SITE_QUEUE, LoadShedder
 from backpressure._tracker import (
     BackPressureStatus,
     BackPressureTracker,
@@ -35,5 +37,6 @@ __all__ = [
     "BackPressureStatus", "BackPressureTracker", "RemoteBackPressure", "WorkerBackPressure",
     "next_status_id", "BatchInserter", "JCQueue", "JCQueueMetrics", "ParkWaitStrategy",
     "ProgressiveWaitStrategy", "QueueInterrupted", "RateTracker", "SITUATIONS",
-    "SleepWaitStrategy", "WaitStrategy", "make_wait_strategy",
+    "SleepWaitStrategy", "WaitStrategy", "make_wait_strategy", "LoadShedder", "SITE_ARRIVAL",
+    "SITE_QUEUE",
 ]

@@ -13,7 +13,16 @@ Storm 2.0's ``JCQueue`` (seeds/storm2-messaging-redesign.txt; notes/storm2-inter
 * ``consume`` drains the receive queue, then the overflow queue, as Storm does, but only
   once every element that entered the receive queue before the overflow started has been
   consumed (a *barrier*), so one upstream task's tuples never overtake each other when a
-  batch is split between the two queues.
+  batch is split between the two queues;
+* **byte bounds** (``topology.executor.receive.buffer.bytes``, the overflow's
+  ``topology.executor.overflow.limit.bytes``) beside the tuple counts: a queue is full at
+  whichever bound comes first. The bytes are wire bytes that the caller passes with each
+  insert (a frame's length), shared evenly by the frame's elements, so the bound costs
+  one record per insert, not per tuple. An element larger than the whole bound enters only
+  an empty queue, and then alone (Arroyo's rule; Flink's FLINK-33077 is what happens
+  otherwise);
+* each insert's **arrival time** is kept with it, so a consumer can read an element's
+  sojourn time as it leaves (CoDel's measure; :meth:`JCQueue.consume` with ``timed``).
 
 Many producers, one consumer. Producers serialise on a lock (an insert is one
 ``deque.extend``); the consumer pops without it (``deque.popleft`` is atomic in CPython).
@@ -22,6 +31,7 @@ Many producers, one consumer. Producers serialise on a lock (an insert is one
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass
@@ -49,6 +59,9 @@ class JCQueueMetrics:
         sojourn_time_ms: expected wait of a new arrival, ``population / arrival_rate``.
         insert_failures: attempts that found the receive queue full (cumulative).
         dropped_messages: tuples dropped at the overflow limit (cumulative).
+        capacity_bytes: the receive queue's byte bound (0: none).
+        population_bytes: wire bytes of the tuples in the receive queue now.
+        overflow_bytes: wire bytes of the tuples in the overflow queue now.
     """
 
     capacity: int
@@ -59,6 +72,9 @@ class JCQueueMetrics:
     sojourn_time_ms: float
     insert_failures: int
     dropped_messages: int
+    capacity_bytes: int = 0
+    population_bytes: int = 0
+    overflow_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -178,6 +194,66 @@ class BatchInserter:
         return False
 
 
+class _Arrivals:
+    """What entered one of a queue's deques, insert by insert: a record per insert (its
+    cumulative element count, cumulative wire bytes and arrival time), popped as its
+    elements leave. Producers add under the queue's lock; only the consumer takes.
+
+    Bytes leave when the last element of their insert leaves, so a partly consumed insert
+    still counts whole: the queued bytes read high, never low.
+    """
+
+    __slots__ = ("marks", "count_in", "count_out", "bytes_in", "bytes_out")
+
+    def __init__(self) -> None:
+        self.marks: deque = deque()
+        self.count_in = 0  # elements ever added
+        self.count_out = 0  # elements ever taken
+        self.bytes_in = 0
+        self.bytes_out = 0
+
+    def add(self, n: int, nbytes: int, now: float) -> None:
+        """Record ``n`` elements of ``nbytes`` arriving at ``now``, *before* they are
+        appended (so an element the consumer sees always has its record)."""
+        self.count_in += n
+        self.bytes_in += nbytes
+        self.marks.append((self.count_in, self.bytes_in, now))
+
+    def taken(self, n: int) -> None:
+        """``n`` elements left (the consumer)."""
+        self.taken_to(self.count_out + n)
+
+    def taken_to(self, count: int) -> int:
+        """Elements up to the ``count``-th ever added have left (the consumer); returns the
+        count at which the oldest insert still queued will have left (its record's end)."""
+        self.count_out = count
+        marks = self.marks
+        while marks and marks[0][0] <= count:
+            self.bytes_out = marks.popleft()[1]
+        return marks[0][0] if marks else _NEVER
+
+    @property
+    def queued_bytes(self) -> int:
+        return self.bytes_in - self.bytes_out
+
+
+_NEVER = 1 << 62
+
+
+def _fit(n: int, nbytes: int, room: int, cap_bytes: int, queued_bytes: int) -> int:
+    """How many of ``n`` elements of ``nbytes`` wire bytes in all (shared evenly) fit
+    beside ``queued_bytes`` under ``cap_bytes`` (0: no byte bound) and ``room`` elements.
+    An element larger than the whole bound fits only when nothing is queued."""
+    k = min(n, room)
+    if k <= 0 or not cap_bytes or not nbytes:
+        return max(k, 0)
+    free = cap_bytes - queued_bytes
+    kb = free * n // nbytes if free > 0 else 0
+    if kb == 0 and queued_bytes <= 0:
+        kb = 1  # alone into an empty queue
+    return min(k, kb)
+
+
 class JCQueue:
     """Bounded receive queue + overflow queue + per-producer batch inserters + metrics.
 
@@ -192,29 +268,40 @@ class JCQueue:
             (``topology.backpressure.wait.strategy``).
         wakeup: an event set after every insert (into either queue), so a consumer idling
             on it wakes when input arrives instead of polling (see backpressure._wait).
+        capacity_bytes: receive-queue bound in wire bytes
+            (``topology.executor.receive.buffer.bytes``); 0 = none.
+        overflow_limit_bytes: the overflow's bound in wire bytes
+            (``topology.executor.overflow.limit.bytes``); 0 = none.
     """
 
     def __init__(self, name: str, capacity: int, producer_batch_size: int = 1,
                  overflow_limit: int = 0, bp_wait: WaitStrategy | None = None,
-                 wakeup: threading.Event | None = None) -> None:
+                 wakeup: threading.Event | None = None, capacity_bytes: int = 0,
+                 overflow_limit_bytes: int = 0) -> None:
         if capacity < 1:
             raise ValueError(f"queue {name}: capacity must be >= 1, got {capacity}")
+        if capacity_bytes < 0 or overflow_limit_bytes < 0:
+            raise ValueError(f"queue {name}: byte bounds must be >= 0 (0: none)")
         self.name = name
         self.capacity = capacity
+        self.capacity_bytes = capacity_bytes
         self.producer_batch_size = max(1, min(producer_batch_size, capacity // 2 or 1))
         self.overflow_limit = overflow_limit
+        self.overflow_limit_bytes = overflow_limit_bytes
         self._bp_wait = bp_wait or ParkWaitStrategy(100)
         self._q: deque = deque()
         self._overflow: deque = deque()
+        self._qa = _Arrivals()  # the receive queue's inserts (count, bytes, time)
+        self._ova = _Arrivals()  # the overflow's
         self._lock = threading.Lock()
         self._inserters: dict[Hashable, BatchInserter] = {}
         self._insert_failures = 0
         self._dropped = 0
         self._arrivals = RateTracker()
         self._interrupted = False
-        # ordering barrier between the two queues (see consume)
-        self._q_in = 0  # elements ever inserted into the receive queue (under the lock)
-        self._ov_barrier = 0  # _q_in when the overflow last went from empty to non-empty
+        # ordering barrier between the two queues (see consume): the receive queue's
+        # element count (_qa.count_in) when the overflow last went from empty to non-empty
+        self._ov_barrier = 0
         self._overflowed = 0  # elements ever put into the overflow (cumulative)
         self.wakeup = wakeup
 
@@ -224,70 +311,82 @@ class JCQueue:
             w.set()
 
     # -- producers ----------------------------------------------------------------------
-    def try_fill(self, items: list) -> int:
-        """Insert as many leading elements of ``items`` as fit; returns how many (0 if full)."""
+    def try_fill(self, items: list, nbytes: int = 0) -> int:
+        """Insert as many leading elements of ``items`` as fit; returns how many (0 if full).
+
+        Args:
+            nbytes: the wire bytes of all of ``items`` (0: not counted against the byte
+                bound), shared evenly by them.
+        """
         with self._lock:
-            room = self.capacity - len(self._q)
-            if room <= 0:
+            total = len(items)
+            qa = self._qa
+            n = _fit(total, nbytes, self.capacity - len(self._q), self.capacity_bytes,
+                     qa.queued_bytes)
+            if n <= 0:
                 return 0
-            if room >= len(items):
-                self._q.extend(items)
-                n = len(items)
-            else:
-                self._q.extend(islice(items, room))
-                n = room
-            self._q_in += n
+            qa.add(n, nbytes * n // total if nbytes else 0, time.monotonic())
+            self._q.extend(items if n == total else islice(items, n))
             self._arrivals.notify(n)
         self._wake()
         return n
 
     def publish_remote(self, items: list, limit: int | None = None,
-                       dropped_out: list | None = None) -> tuple[int, int]:
+                       dropped_out: list | None = None, nbytes: int = 0) -> tuple[int, int]:
         """Insert a batch that arrived from another worker; never blocks.
 
         Storm's ``WorkerState.transferLocalBatch`` for one task: elements go to the receive
         queue while the overflow is empty and there is room; the rest, and everything while
         the overflow is non-empty (so one upstream's order is kept), go to the overflow
-        queue; beyond ``overflow_limit`` (> 0) they are dropped and counted. Storm 2.0
-        overflowQ, see seeds/storm2-backpressure-model.txt §2b-c.
+        queue; beyond ``overflow_limit`` or ``overflow_limit_bytes`` (> 0) they are dropped
+        and counted. Storm 2.0 overflowQ, see seeds/storm2-backpressure-model.txt §2b-c.
 
         Args:
             limit: an overflow limit for this call instead of ``overflow_limit`` (a back
-                edge's cap); 0 = unbounded, for control elements such as the end of
-                stream, whose loss would stall the stream rather than shed load.
+                edge's cap); 0 = unbounded in count and bytes, for control elements such
+                as the end of stream, whose loss would stall the stream rather than shed
+                load.
             dropped_out: when given, the dropped elements are appended to it.
+            nbytes: the wire bytes of all of ``items`` (0: not counted), shared evenly.
 
         Returns:
             ``(overflowed, dropped)``: how many went to the overflow, how many were dropped.
         """
-        res = self._publish_remote(items, limit, dropped_out)
+        res = self._publish_remote(items, limit, dropped_out, nbytes)
         self._wake()
         return res
 
     def _publish_remote(self, items: list, limit: int | None,
-                        dropped_out: list | None) -> tuple[int, int]:
+                        dropped_out: list | None, nbytes: int) -> tuple[int, int]:
         total = len(items)
+        now = time.monotonic()
         with self._lock:
             n = 0
             ov = self._overflow
+            qa = self._qa
             if not ov:
-                room = self.capacity - len(self._q)
-                if room > 0:
-                    n = min(room, total)
+                n = _fit(total, nbytes, self.capacity - len(self._q), self.capacity_bytes,
+                         qa.queued_bytes)
+                if n > 0:
+                    qa.add(n, nbytes * n // total if nbytes else 0, now)
                     self._q.extend(items if n == total else islice(items, n))
-                    self._q_in += n
             self._arrivals.notify(total)
             rest = total - n
             if not rest:
                 return 0, 0
             self._insert_failures += 1
             if not ov:
-                self._ov_barrier = self._q_in
-            take = rest
+                self._ov_barrier = qa.count_in
+            rest_bytes = nbytes - (nbytes * n // total if nbytes else 0)
             cap = self.overflow_limit if limit is None else limit
-            if cap > 0:
-                take = max(0, min(rest, cap - len(ov)))
+            ova = self._ova
+            if limit == 0:
+                take = rest
+            else:
+                take = _fit(rest, rest_bytes, cap - len(ov) if cap > 0 else rest,
+                            self.overflow_limit_bytes, ova.queued_bytes)
             if take:
+                ova.add(take, rest_bytes * take // rest, now)
                 ov.extend(islice(items, n, n + take))
                 self._overflowed += take
             dropped = rest - take
@@ -331,8 +430,10 @@ class JCQueue:
         """One non-blocking attempt to insert the producer's partial batch."""
         return self._inserter(producer).try_flush()
 
-    def publish_all(self, items: list, interrupted: Callable[[], bool] | None = None) -> None:
-        """Insert every element of ``items`` in order, waiting while the queue is full.
+    def publish_all(self, items: list, interrupted: Callable[[], bool] | None = None,
+                    nbytes: int = 0) -> None:
+        """Insert every element of ``items`` in order, waiting while the queue is full (in
+        elements or, with ``nbytes``, the wire bytes of all of ``items``, in bytes).
 
         Used by a receiver for a batch that already travelled as one unit.
 
@@ -341,8 +442,11 @@ class JCQueue:
         """
         start = 0
         idle = 0
-        while start < len(items):
-            n = self.try_fill(items if start == 0 else items[start:])
+        total = len(items)
+        while start < total:
+            rest = items if start == 0 else items[start:]
+            rest_bytes = nbytes - nbytes * start // total if nbytes else 0
+            n = self.try_fill(rest, rest_bytes)
             if n:
                 start += n
                 idle = 0
@@ -366,7 +470,8 @@ class JCQueue:
                 self._dropped += 1
                 return False
             if not self._overflow:
-                self._ov_barrier = self._q_in
+                self._ov_barrier = self._qa.count_in
+            self._ova.add(1, 0, time.monotonic())
             self._overflow.append(obj)
             self._overflowed += 1
         self._wake()
@@ -378,8 +483,8 @@ class JCQueue:
         self._wake()
 
     # -- consumer -----------------------------------------------------------------------
-    def consume(self, handler: Callable[[Any], Any],
-                exit_cond: Callable[[], bool] | None = None) -> int:
+    def consume(self, handler: Callable[..., Any],
+                exit_cond: Callable[[], bool] | None = None, timed: bool = False) -> int:
         """Hand queued elements to ``handler``: the receive queue first, then the overflow.
 
         The overflow is consumed only once everything that entered the receive queue before
@@ -388,42 +493,87 @@ class JCQueue:
         producer cannot keep the consumer here forever), and ``exit_cond()`` returning
         False stops early (Storm's ``ExitCondition.keepRunning``). Never blocks.
 
+        Args:
+            timed: call ``handler(element, arrived_at)`` instead, with the monotonic time
+                (s) the element was inserted: its sojourn time is ``now - arrived_at``
+                (CoDel's measure, for latency-first shedding).
+
         Returns:
             The number of elements consumed.
         """
         q = self._q
-        pop = q.popleft
-        n = 0
         limit = len(q)
-        if exit_cond is None:
-            for _ in range(limit):
-                handler(pop())
-            n = limit
+        if timed:
+            n = self._consume_timed(q, self._qa, limit, handler, exit_cond)
         else:
-            while n < limit and exit_cond():
-                handler(pop())
-                n += 1
-            if n < limit:
-                return n
+            # an insert's bytes leave with its last element (before the handler runs it),
+            # at the cost of one comparison per element
+            pop, qa = q.popleft, self._qa
+            base = qa.count_out
+            stop = qa.taken_to(base) - base
+            n = 0
+            try:
+                while n < limit and (exit_cond is None or exit_cond()):
+                    el = pop()
+                    n += 1
+                    if n >= stop:
+                        stop = qa.taken_to(base + n) - base
+                    handler(el)
+            finally:
+                qa.taken_to(base + n)
+        if n < limit:
+            return n
         ov = self._overflow
-        # consumed so far >= _q_in (read first) - len(q) (read second): a lower bound even
-        # while producers insert, so the barrier can only be passed late, never early
-        if not ov or self._q_in - len(q) < self._ov_barrier:
+        # consumed so far >= count_in (read first) - len(q) (read second): a lower bound
+        # even while producers insert, so the barrier can only be passed late, never early
+        if not ov or self._qa.count_in - len(q) < self._ov_barrier:
             return n
         olimit = len(ov)
+        if timed:
+            return n + self._consume_timed(ov, self._ova, olimit, handler, exit_cond)
+        ova = self._ova
         m = 0
         while m < olimit and (exit_cond is None or exit_cond()):
-            handler(ov.popleft())
+            el = ov.popleft()
             m += 1
+            ova.taken(1)
+            handler(el)
         return n + m
+
+    @staticmethod
+    def _consume_timed(dq: deque, arrivals: _Arrivals, limit: int,
+                       handler: Callable[[Any, float], Any],
+                       exit_cond: Callable[[], bool] | None) -> int:
+        pop, marks = dq.popleft, arrivals.marks
+        n = 0
+        while n < limit and (exit_cond is None or exit_cond()):
+            el = pop()
+            t = marks[0][2]  # the record of the insert that holds el
+            arrivals.taken(1)
+            n += 1
+            handler(el, t)
+        return n
 
     # -- state --------------------------------------------------------------------------
     def size(self) -> int:
         """Elements in the receive queue."""
         return len(self._q)
 
+    @property
+    def queued_bytes(self) -> int:
+        """Wire bytes counted in the receive queue (an insert counts until its last element
+        leaves)."""
+        return self._qa.queued_bytes
+
+    @property
+    def overflow_bytes(self) -> int:
+        """Wire bytes counted in the overflow queue."""
+        return self._ova.queued_bytes
+
     def is_full(self) -> bool:
-        return len(self._q) >= self.capacity
+        """At the element bound, or at or past the byte bound."""
+        return len(self._q) >= self.capacity or bool(
+            self.capacity_bytes and self._qa.queued_bytes >= self.capacity_bytes)
 
     def overflow_count(self) -> int:
         return len(self._overflow)
@@ -457,7 +607,9 @@ class JCQueue:
             capacity=self.capacity, population=pop, pct_full=pop / self.capacity,
             overflow=len(self._overflow), arrival_rate_secs=rate,
             sojourn_time_ms=pop / max(rate, 1e-5) * 1000.0,
-            insert_failures=self._insert_failures, dropped_messages=self._dropped)
+            insert_failures=self._insert_failures, dropped_messages=self._dropped,
+            capacity_bytes=self.capacity_bytes, population_bytes=self._qa.queued_bytes,
+            overflow_bytes=self._ova.queued_bytes)
 
     def __repr__(self) -> str:
         return (f"JCQueue({self.name!r}, {len(self._q)}/{self.capacity}, "

@@ -172,3 +172,59 @@ def build_arrow(n: int, batch_rows: int = 8192, work_us: float = 0.0):
     b.set_bolt("count", ArrowCountBolt(work_us)).shuffle_grouping("double")
     b.set_bolt("sink", CollectorBolt()).global_grouping("count")
     return b.create_topology()
+
+
+class LiveSpout(Spout):
+    """A source that cannot be slowed down: ``(i, emitted_at)`` at ``rate`` tuples/s for
+    ``duration_s`` seconds (``emitted_at``: ``time.time()``), catching up on time it was
+    held, as a live feed would; no msg ids."""
+
+    outputs = ("i", "emitted_at")
+
+    def __init__(self, rate: float, duration_s: float) -> None:
+        self.rate, self.duration_s = rate, duration_s
+
+    def open(self, conf, context, collector):
+        self.emit = collector.emit
+        self.i = 0
+        self.start = None
+
+    def next_tuple(self):
+        now = time.monotonic()
+        if self.start is None:
+            self.start = now
+        elapsed = now - self.start
+        if elapsed >= self.duration_s:
+            raise StopIteration
+        due = min(int(elapsed * self.rate) + 1, self.i + 200)
+        while self.i < due:
+            self.emit((self.i, time.time()))
+            self.i += 1
+
+
+class LatencySink(CollectorBolt):
+    """Busy-waits ``work_us`` per tuple and keeps ``[t, latency_s]`` of each: when it ran
+    (s since its first tuple) and how long after its spout emit it started."""
+
+    def __init__(self, work_us: float) -> None:
+        super().__init__(max_tuples=10_000_000)
+        self.work_s = work_us / 1e6
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.t0 = None
+
+    def execute(self, tup):
+        now = time.time()
+        if self.t0 is None:
+            self.t0 = now
+        self.received.append((0, "", 0, "", [now - self.t0, now - tup.values[1]]))
+        busy_wait(self.work_s)
+
+
+def build_live(rate: float, duration_s: float, work_us: float):
+    """live (rate-controlled) → sink (``work_us`` per tuple), shuffle."""
+    b = TopologyBuilder()
+    b.set_spout("live", LiveSpout(rate, duration_s))
+    b.set_bolt("sink", LatencySink(work_us)).shuffle_grouping("live")
+    return b.create_topology()

@@ -253,6 +253,30 @@ class TopologyHandle:
         parts = self._get([self.actors[t].collected.remote() for t in tasks], 60, "collected")
         return [x for p in parts for x in p]
 
+    def dead_letters(self) -> list:
+        """The dead letters kept so far by every ``DeadLetterSink`` of the topology (the
+        system bolt ``__dead_letters``, and any the user subscribed), as
+        ``topology.DeadLetter`` records (``spout``, ``task``, ``msg_id``, ``values``,
+        ``reason``, ``attempts``), in component, task and arrival order. The spout tuples
+        that failed ``1 + topology.max.replays`` times; empty when that key is unset. Read
+        them before :meth:`kill` (they live in the sinks' actors); blocks until every sink
+        task answers (60 s at most).
+
+        Raises:
+            RuntimeError: the handle was attached without its topology object.
+            TopologyFailed: a sink actor died.
+        """
+        from topology import DeadLetterSink
+
+        if self.topology is None:
+            self._component("")  # raises, saying why
+        tasks = [t for cid, spec in sorted(self.topology.components.items())
+                 if isinstance(spec.obj, DeadLetterSink)
+                 for t in self.topology.component_tasks[cid]]
+        parts = self._get([self.actors[t].collected.remote() for t in tasks], 60,
+                          "dead_letters")
+        return [x for p in parts for x in p]
+
     def sink_tables(self, component_id: str) -> list:
         """The rows kept by each task of a ``DatasetSink`` component, as one
         ``pyarrow.Table`` per task that received any (task order). Call it after

@@ -16,7 +16,16 @@ from types import MappingProxyType
 from typing import Any
 
 from actors._routing import TaskLinks, task_links
-from topology import ConfigError, StormTopology, TopologyError, WindowedBoltExecutor, make_config
+from topology import (
+    ACKER_ID,
+    DEAD_LETTER_STREAM,
+    ConfigError,
+    StormTopology,
+    TopologyError,
+    WindowedBoltExecutor,
+    make_config,
+)
+from topology._builder import dead_letter_consumers
 
 #: ``topology.worker.placement`` → the Ray placement-group strategy (bundle = worker)
 PLACEMENT_STRATEGIES = {"pack": "PACK", "spread": "SPREAD"}
@@ -46,7 +55,8 @@ class TopologyPlan:
     Attributes:
         topology: the topology to run: the user's components plus, with acker executors,
             the system component ``__acker`` (Storm's system topology; user task ids
-            unchanged, acker task ids after them).
+            unchanged, acker task ids after them) and, with ``topology.max.replays``, the
+            spouts' dead-letter stream and the system bolt ``__dead_letters``.
         conf: the validated config (every key present).
         workers: one :class:`WorkerPlan` per worker, by index; never an empty worker, so
             there are ``min(topology.workers, tasks)`` of them.
@@ -89,6 +99,20 @@ def assign_tasks(topology: StormTopology, workers: int) -> dict[int, int]:
         t for ts in topology.component_tasks.values() for t in ts))}
 
 
+def _refuse_shedding_with_acking(topology: StormTopology, conf: dict) -> None:
+    """Shedding is at-most-once by choice: with acking on, a shed tuple's tree would fail
+    and replay (or, from a streaming source, be committed and lost for good)."""
+    for cid, spec in topology.components.items():
+        if spec.is_spout or cid == ACKER_ID:
+            continue
+        if {**conf, **spec.conf}["topology.backpressure.overload"] == "shed":
+            raise ConfigError(
+                f"component {cid!r}: topology.backpressure.overload 'shed' needs acking off "
+                f"(topology.acker.executors 0): shedding is at-most-once, a shed tuple "
+                f"cannot be replayed, and a streaming source would commit its offset, so it "
+                f"would be lost for good; use 'block' for at-least-once")
+
+
 def plan(topology: StormTopology, conf: dict | None) -> TopologyPlan:
     """Validate ``topology`` and ``conf`` and decide its tasks, workers and placement.
 
@@ -97,6 +121,10 @@ def plan(topology: StormTopology, conf: dict | None) -> TopologyPlan:
     on different workers; 0 switches acking off; with ``topology.acker.in.spouts`` the
     spout tasks are the ackers instead. Workers: the tasks round robin in id order over
     ``topology.workers`` workers (:func:`assign_tasks`), never more workers than tasks.
+    Dead letters: with ``topology.max.replays`` set (for the topology or for a spout) and
+    acking on, every spout declares the dead-letter stream, and a ``DeadLetterSink``
+    (system bolt ``__dead_letters``, one task, its id after the ackers') takes it from
+    every spout no user bolt takes it from.
 
     Args:
         topology: from ``TopologyBuilder.create_topology()``.
@@ -112,6 +140,8 @@ def plan(topology: StormTopology, conf: dict | None) -> TopologyPlan:
             invalid once merged over it (the message names the component).
         TopologyError: a windowed bolt whose window cannot be held within the message
             timeout or ``topology.max.spout.pending`` (``WindowSpec.check_against``).
+        ConfigError: a bolt with ``topology.backpressure.overload`` "shed" while acking is
+            on (naming the bolt and why).
     """
     if not isinstance(topology, StormTopology):
         raise TopologyError(f"submit_topology expects a StormTopology (from "
@@ -130,8 +160,23 @@ def plan(topology: StormTopology, conf: dict | None) -> TopologyPlan:
     ackers = conf["topology.acker.executors"]
     if ackers is None:  # Storm: one acker per worker
         ackers = requested
-    topology = topology.with_ackers(ackers, conf["topology.acker.in.spouts"])
+    capped = conf["topology.max.replays"] is not None or any(
+        spec.is_spout and spec.conf.get("topology.max.replays") is not None
+        for spec in topology.components.values())
+    replays = capped and ackers > 0
+    taken = sorted(dead_letter_consumers(topology.components))
+    topology = topology.with_ackers(ackers, conf["topology.acker.in.spouts"],
+                                    dead_letters=replays)
+    if topology.acker_tasks:
+        _refuse_shedding_with_acking(topology, conf)
     warnings = []
+    if capped and not replays:
+        warnings.append("topology.max.replays is set but acking is off "
+                        "(topology.acker.executors 0): nothing fails, so nothing replays and "
+                        "no dead letter is made")
+    elif taken and not replays:
+        warnings.append(f"bolts subscribe to stream {DEAD_LETTER_STREAM!r} of {taken}, but "
+                        f"no dead letter is made without topology.max.replays")
     if not topology.acker_tasks and topology.back_edges:
         warnings.append(
             f"cycles (back edges {sorted(topology.back_edges)}) and no ackers: tuples beyond a "

@@ -132,7 +132,8 @@ class TopologyStats:
         show): ``component``, ``tasks``, ``rate_per_s`` (executed, or emitted for spouts,
         in the last metrics interval), ``capacity`` and ``busy`` (max over tasks, 0..1),
         ``backpressured`` (0..1), ``level`` (``OK``/``LOW``/``HIGH``, with the holding
-        task), ``queued``, ``errors``, ``stalled`` (tasks). The interval figures are None
+        task), ``queued``, ``errors``, ``dead_letters`` (tuples its spout tasks gave up at
+        ``topology.max.replays``), ``stalled`` (tasks). The interval figures are None
         until a task of the component has closed a metrics interval."""
         out = []
         for c in sorted({t.component for t in self.tasks}):
@@ -149,6 +150,7 @@ class TopologyStats:
                 "backpressured": bp, "level": level,
                 "queued": sum(t.queue_population + t.overflow for t in ts),
                 "errors": sum(t.error_count for t in ts),
+                "dead_letters": sum(t.dead_letters for t in ts),
                 "stalled": sum(t.stalled for t in ts)})
         return out
 
@@ -190,7 +192,7 @@ class TopologyStats:
                          f"{sum(t.backpressure_wait_ms for t in ts):>12.1f}{r['errors']:>8}"
                          f"  {fmt(r['busy'], '.0%'):>5} {fmt(r['backpressured'], '.0%'):>5}"
                          f"  {r['level']}")
-        lines += window_lines(self)
+        lines += window_lines(self) + dead_letter_lines(self)
         for t in self.stalled_tasks():
             lines.append(f"STALLED {t.component}:{t.task} for {t.stalled_seconds:.0f} s "
                          f"({t.queue_population + t.overflow} queued, {t.pending_emits} "
@@ -212,6 +214,13 @@ def window_lines(stats: TopologyStats) -> list[str]:
             f"{fmt(w['watermark_ms'], 'd')} (lag {fmt(w['watermark_lag_ms'], ',d')} ms), "
             f"{w['fired']} fired, {w['late']} late, {w['bad']} bad"
             for w in stats.windows()]
+
+
+def dead_letter_lines(stats: TopologyStats) -> list[str]:
+    """One line per spout that gave tuples up at ``topology.max.replays`` (the summary, the
+    CLI and the notebook view; none while there are no dead letters)."""
+    return [f"dead letters {r['component']}: {r['dead_letters']} (handle.dead_letters())"
+            for r in stats.rows() if r["dead_letters"]]
 
 
 def fmt(value: float | None, spec: str) -> str:
@@ -251,7 +260,8 @@ def stats_html(stats: TopologyStats, progress: dict[str, tuple[int, int | None]]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     stalled = "".join(f"<li>STALLED {escape(t.component)}:{t.task} for "
                       f"{t.stalled_seconds:.0f} s</li>" for t in stats.stalled_tasks())
-    stalled += "".join(f"<li>{escape(line)}</li>" for line in window_lines(stats))
+    stalled += "".join(f"<li>{escape(line)}</li>"
+                       for line in window_lines(stats) + dead_letter_lines(stats))
     return (f"<div><b>topology {escape(stats.name)}</b>: {len(stats.tasks)} tasks, {state}"
             f"<table><thead><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>"

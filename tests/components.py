@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from benchmarks._pipeline import LiveSpout as RateSpout  # noqa: F401 (a live source)
 from topology import BatchBolt, Bolt, CollectorBolt, Fields, Spout
 
 
@@ -482,3 +483,141 @@ class SumBatchBolt(BatchBolt):
             raise RuntimeError(f"batch with seq {self.fail_at}")
         for t in tuples:
             self.collector.emit((t.values[0],), anchors=t)
+
+
+class LatencyCollector(CollectorBolt):
+    """A slow sink (``work_s`` of sleep per tuple) keeping ``[seq, latency_s]`` per tuple:
+    the time from the spout's emit (``emitted_at``) to the start of this ``execute``."""
+
+    def __init__(self, work_s: float) -> None:
+        super().__init__()
+        self.work_s = work_s
+
+    def execute(self, tup) -> None:
+        lat = time.time() - tup["emitted_at"]
+        time.sleep(self.work_s)
+        self.received.append((self._task, tup.source_component, tup.source_task,
+                              tup.source_stream, [tup["i"], lat]))
+
+
+class ArrowBatches:
+    """Arrow record batches of several sizes (``rows`` cycles), ``n`` in all."""
+
+    def __init__(self, n: int, rows: tuple[int, ...]) -> None:
+        self.n, self.rows = n, rows
+
+    def __iter__(self):
+        import pyarrow as pa
+
+        for i in range(self.n):
+            k = self.rows[i % len(self.rows)]
+            yield (pa.record_batch({"x": list(range(k)), "s": ["v" * 8] * k}),)
+
+
+class SlowArrowSink(Bolt):
+    """Counts the rows of each Arrow batch, slowly (a slow consumer of big tuples)."""
+
+    outputs = ()
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    def prepare(self, conf, context, collector):
+        self.rows = 0
+
+    def execute(self, tup):
+        time.sleep(self.delay_s)
+        self.rows += tup.values[0].num_rows
+
+
+class PoisonBolt(Bolt):
+    """Raises ``ValueError("bad row <value>")`` on every tuple whose ``field`` equals
+    ``poison`` (a poison tuple); passes the others on. ``attempts`` counts the tuples seen
+    per value of ``field``."""
+
+    def __init__(self, poison, field: str = "seq", fields: tuple = ("seq", "key")) -> None:
+        self.poison = poison
+        self.field = field
+        self.outputs = tuple(fields)
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.attempts: dict = {}
+
+    def execute(self, tup):
+        v = tup[self.field]
+        self.attempts[v] = self.attempts.get(v, 0) + 1
+        if v == self.poison:
+            raise ValueError(f"bad row {v}")
+        self.collector.emit(tup.values)
+
+
+class RejectBolt(Bolt):
+    """Fails (``collector.fail``, no exception) every tuple whose ``seq`` is in ``reject``
+    and never acks those in ``hold`` (they time out); acks the rest."""
+
+    auto_ack = False
+
+    def __init__(self, reject=(), hold=()) -> None:
+        self.reject = frozenset(reject)
+        self.hold = frozenset(hold)
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.attempts: dict = {}
+
+    def execute(self, tup):
+        seq = tup["seq"]
+        self.attempts[seq] = self.attempts.get(seq, 0) + 1
+        if seq in self.reject:
+            self.collector.fail(tup)
+        elif seq not in self.hold:
+            self.collector.ack(tup)
+
+
+class RetryingSpout(Spout):
+    """A user spout with the dead-letter helper (``RetryService``): emits (seq, key) for
+    seq in [0, n) with msg_id=seq, replays a failed tuple until the helper gives it up.
+    Records the ``collector.fail_reason`` of every fail (``reasons``), the acked and the
+    given-up msg ids."""
+
+    outputs = ("seq", "key")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def open(self, conf, context, collector):
+        from topology import RetryService
+
+        self.collector = collector
+        self.retries = RetryService(conf, context, collector)
+        self.i = 0
+        self.pending: dict = {}
+        self.replay: list = []
+        self.reasons: list = []
+        self.acked: list = []
+        self.dead: list = []
+
+    def next_tuple(self):
+        if self.replay:
+            m = self.replay.pop(0)
+            self.collector.emit(self.pending[m], msg_id=m)
+            return
+        if self.i >= self.n:
+            raise StopIteration
+        self.pending[self.i] = (self.i, f"k{self.i}")
+        self.collector.emit(self.pending[self.i], msg_id=self.i)
+        self.i += 1
+
+    def ack(self, msg_id):
+        self.retries.remove(msg_id)
+        del self.pending[msg_id]
+        self.acked.append(msg_id)
+
+    def fail(self, msg_id):
+        self.reasons.append(self.collector.fail_reason)
+        if self.retries.schedule(msg_id, self.pending[msg_id]):
+            self.replay.append(msg_id)
+        else:
+            del self.pending[msg_id]
+            self.dead.append(msg_id)

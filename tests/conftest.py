@@ -19,9 +19,11 @@ def cluster():
     test; topologies pack on the driver's node unless they ask to spread."""
     import ray.cloudpickle
 
+    import benchmarks._pipeline
     from cluster import LocalCluster
 
     ray.cloudpickle.register_pickle_by_value(components)
+    ray.cloudpickle.register_pickle_by_value(benchmarks._pipeline)  # (shared components)
     c = LocalCluster(nodes=3, num_cpus=2)
     yield c
     c.shutdown()

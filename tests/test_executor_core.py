@@ -128,7 +128,7 @@ def test_a_fail_that_empties_pending_is_replayed_before_the_stream_ends():
     try:
         _until(lambda: len(spout.ledger.trees) == 1)
         (root,) = spout.ledger.trees
-        assert spout.queue.try_publish_direct((3, ACKER_FAILED, [root]))
+        assert spout.queue.try_publish_direct((3, ACKER_FAILED, [root, "E: x (in bolt 'b')"]))
         _until(lambda: spout.emitted == 2 or spout.done.is_set())
         assert spout.emitted == 2 and not spout.done.is_set()
         assert len(spout.ledger.trees) == 1 and spout.obj.failed_ids == [0]
@@ -150,11 +150,11 @@ def test_acker_takes_batched_acking_messages_and_answers_in_one_message():
                    for t in acker.destinations})
     acker.handle((2, ACK_INIT, [11, 5, 12, 6, 13, 7]))  # three trees of spout task 2
     acker.handle((1, ACK_ACK, [11, 5, 12, 6]))  # two complete
-    acker.handle((1, ACK_FAIL, [13]))
+    acker.handle((1, ACK_FAIL, [13, "E: x (in bolt 'b')"]))  # [root, reason] pairs
     acker.handle((1, ACK_ACK, [14]))  # odd length: malformed
     acker.flush_acks()
     acker.outbox.try_flush_batches()
-    assert sent == [(2, [(ACKER_ACKED, [11, 12]), (ACKER_FAILED, [13])])]
+    assert sent == [(2, [(ACKER_ACKED, [11, 12]), (ACKER_FAILED, [13, "E: x (in bolt 'b')"])])]
     assert acker.acked == 2 and acker.failed == 1 and acker.bad_frames == 1
 
 

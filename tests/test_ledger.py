@@ -21,11 +21,15 @@ from actors._acking import (
     ACKER_RESET,
     EMITTED_AT,
     IMPLICIT_INIT,
+    MAX_REASON_CHARS,
+    OVERFLOW_REASON,
+    TIMEOUT_REASON,
     XOR,
     AckerLedger,
     BoltLedger,
     SpoutLedger,
     SystemStream,
+    UserCalls,
     implicit_init_spout,
 )
 
@@ -64,9 +68,10 @@ def test_acker_xors_batched_messages_and_answers_each_spout_in_one_message():
     acker = AckerLedger([ACKER], [SPOUT], timeout_s=30)
     acker.on_system_message(SPOUT, ACK_INIT, [11, 5, 12, 6, 13, 7], now=0.0)
     acker.on_system_message(BOLT, ACK_ACK, [11, 5, 12, 6], now=0.1)  # two complete
-    acker.on_system_message(BOLT, ACK_FAIL, [13], now=0.2)
+    acker.on_system_message(BOLT, ACK_FAIL, [13, "E: x"], now=0.2)
     acker.on_system_message(BOLT, ACK_ACK, [14], now=0.3)  # odd length: malformed
-    assert msgs(acker) == {(SPOUT, ACKER_ACKED): [11, 12], (SPOUT, ACKER_FAILED): [13]}
+    assert msgs(acker) == {(SPOUT, ACKER_ACKED): [11, 12],
+                           (SPOUT, ACKER_FAILED): [13, "E: x"]}
     assert (acker.acked, acker.failed, acker.bad_messages) == (2, 1, 1)
     assert not acker.trees and acker.take_messages() == []
 
@@ -87,11 +92,11 @@ def test_the_acker_learns_an_implicit_init_tree_from_its_first_ack():
     acker.on_system_message(BOLT, ACK_ACK, [r2, 99], now=0.0)  # the first of two acks
     assert r1 not in acker.trees and acker.trees[r2].spout == SPOUT
     acker.on_system_message(BOLT, ACK_ACK, [r2, 99], now=0.1)
-    acker.on_system_message(BOLT, ACK_FAIL, [r3], now=0.1)
+    acker.on_system_message(BOLT, ACK_FAIL, [r3, None], now=0.1)
     acker.on_system_message(BOLT, ACK_RESET, [r4], now=0.2)
     assert list(acker.trees) == [r4] and acker.trees[r4].started == 0.2
     acker.on_system_message(BOLT, ACK_ACK, [IMPLICIT_INIT | 5 << 47, 0], now=0.3)  # no spout 5
-    assert msgs(acker) == {(SPOUT, ACKER_ACKED): [r1, r2], (SPOUT, ACKER_FAILED): [r3],
+    assert msgs(acker) == {(SPOUT, ACKER_ACKED): [r1, r2], (SPOUT, ACKER_FAILED): [r3, None],
                            (SPOUT, ACKER_RESET): [r4]}
     assert acker.bad_messages == 1
     assert implicit_init_spout(r3, spouts) == SPOUT and implicit_init_spout(11, spouts) == -1
@@ -135,7 +140,8 @@ def test_spout_completes_fails_and_resets_trees_counting_unknown_roots():
     assert list(spout.complete_latencies_ms) == [500.0, 500.0]
     assert spout.on_system_message(ACKER, ACKER_RESET, [r[2]], now=2.0).fails == []
     assert list(spout.trees) == [r[3], r[2]]  # a reset tree is now the newest
-    assert spout.on_system_message(ACKER, ACKER_FAILED, [r[3], 98], now=2.0).fails == ["d"]
+    calls = spout.on_system_message(ACKER, ACKER_FAILED, [r[3], "E", 98, None], now=2.0)
+    assert calls.fails == ["d"] and calls.reasons == ["E"]
     assert spout.unknown_acks == 2 and spout.pending == 1
     calls = spout.on_system_message(ACKER, ACKER_ACKED, [[1], r[2]], now=2.0)  # malformed
     assert calls.acks == [] and spout.bad_messages == 1 and spout.pending == 1
@@ -170,7 +176,8 @@ def test_a_spout_acking_its_own_trees_xors_fails_resets_and_counts_unknown_roots
     c = spout.on_spout_emit("c", 1, now=2.0)[0][0]
     spout.on_system_message(BOLT, ACK_RESET, [b], now=3.0)
     assert list(spout.trees) == [c, b] and spout.trees[b][EMITTED_AT] == 3.0
-    assert spout.on_system_message(BOLT, ACK_FAIL, [c, 99], now=3.0).fails == ["c"]
+    assert spout.on_system_message(BOLT, ACK_FAIL, [c, None, 99, None],
+                                   now=3.0).fails == ["c"]
     assert spout.unknown_acks == 2 and c not in spout.trees
     spout.on_system_message(BOLT, ACK_ACK, [b], now=3.0)  # odd length: malformed
     spout.on_system_message(BOLT, ACK_ACK, [b, "x"], now=3.0)
@@ -223,7 +230,7 @@ def test_a_bolt_fails_and_resets_every_root_of_a_tuple():
     bolt = BoltLedger([ACKER], [SPOUT], ackers_in_spouts=False, rand=rand())
     bolt.on_fail(Tup([11, 5, 12, 6]))
     bolt.on_reset_timeout(Tup([13, 7]))
-    assert msgs(bolt) == {(ACKER, ACK_FAIL): [11, 12], (ACKER, ACK_RESET): [13]}
+    assert msgs(bolt) == {(ACKER, ACK_FAIL): [11, None, 12, None], (ACKER, ACK_RESET): [13]}
 
 
 def test_messages_are_due_at_the_batch_limit():
@@ -277,3 +284,103 @@ def test_every_tree_of_a_branching_chain_completes_exactly_once(placement):
     assert sorted(acked) == list(range(300))
     assert all(s.pending == 0 for s in sp.values())
     assert own or all(not a.trees for a in trackers.values())
+
+
+# -- a fail's reason travels with it ---------------------------------------------------------
+REASON = "ValueError: bad row (in bolt 'parse')"
+
+
+def _deliver_all(sources: dict, targets: dict, now: float = 1.0) -> UserCalls:
+    """Every message held by ``sources`` (task → ledger) to its destination in
+    ``targets`` (task → ledger), until none is held; the spouts' user calls, together."""
+    calls = UserCalls([], [], [])
+    moved = True
+    while moved:
+        moved = False
+        for src, ledger in list(sources.items()):
+            for dest, stream, values in ledger.take_messages():
+                moved = True
+                c = targets[dest].on_system_message(src, stream, values, now)
+                calls.acks.extend(c.acks)
+                calls.fails.extend(c.fails)
+                calls.reasons.extend(c.reasons)
+    return calls
+
+
+@pytest.mark.parametrize("fan_out", [1, 2], ids=["implicit-init", "explicit-init"])
+def test_a_bolts_fail_reason_reaches_the_spout_through_the_acker(fan_out):
+    spout = SpoutLedger(SPOUT, [ACKER], [SPOUT], own_trees=False, timeout_s=30, rand=rand())
+    acker = AckerLedger([ACKER], [SPOUT], timeout_s=30)
+    bolt = BoltLedger([ACKER], [SPOUT], ackers_in_spouts=False, rand=rand(8))
+    kept = Tup(spout.on_spout_emit("kept", 1, now=0.0)[0])
+    tuples = [Tup(a) for a in spout.on_spout_emit("m", fan_out, now=0.0)]
+    bolt.on_fail(tuples[0], REASON)
+    bolt.on_ack(kept)
+    ledgers = {SPOUT: spout, ACKER: acker, BOLT: bolt}
+    calls = _deliver_all(ledgers, ledgers)
+    assert (calls.acks, calls.fails, calls.reasons) == (["kept"], ["m"], [REASON])
+    assert acker.failed == 1 and not acker.trees and spout.pending == 0
+
+
+def test_with_ackers_in_spouts_a_bolts_fail_goes_straight_to_its_spout_with_the_reason():
+    spouts = (4, 5)
+    sp = {t: SpoutLedger(t, spouts, spouts, own_trees=True, timeout_s=30, rand=rand(t))
+          for t in spouts}
+    bolt = BoltLedger(spouts, spouts, ackers_in_spouts=True, rand=rand(8))
+    tup = Tup(sp[5].on_spout_emit("m", 1, now=0.0)[0])
+    bolt.on_fail(tup, REASON)
+    assert msgs(bolt) == {(5, ACK_FAIL): [tup.anchors[0], REASON]}
+    bolt.on_fail(Tup(sp[5].on_spout_emit("n", 1, now=0.0)[0]))  # no reason: None
+    calls = _deliver_all({BOLT: bolt}, sp)
+    assert calls.fails == ["n"] and calls.reasons == [None]
+
+
+def test_the_acker_answers_with_the_first_reason_a_tree_failed_with():
+    acker = AckerLedger([ACKER], [SPOUT], timeout_s=30)
+    acker.on_system_message(BOLT, ACK_ACK, [11, 5], now=0.0)  # before the init: waits
+    acker.on_system_message(BOLT, ACK_FAIL, [11, "first"], now=0.1)
+    acker.on_system_message(BOLT + 1, ACK_FAIL, [11, "second"], now=0.1)
+    assert acker.take_messages() == []  # no spout known yet
+    acker.on_system_message(SPOUT, ACK_INIT, [11, 7], now=0.2)
+    assert msgs(acker) == {(SPOUT, ACKER_FAILED): [11, "first"]}
+
+
+def test_a_timeout_fails_with_the_reason_timeout():
+    spout = SpoutLedger(SPOUT, [ACKER], [SPOUT], own_trees=False, timeout_s=10, rand=rand())
+    spout.on_spout_emit("a", 1, now=0.0)
+    calls = spout.expire(now=10.5)
+    assert calls.fails == ["a"] and calls.reasons == [TIMEOUT_REASON] == ["timeout"]
+
+
+def test_roots_failed_by_the_task_itself_carry_their_reason():
+    """An overflow cap's drop (the default reason) or a tuple the codec could not carry:
+    through the acker, or with ackers in spouts the spout's own trees at its next expire."""
+    bolt = BoltLedger([ACKER], [SPOUT], ackers_in_spouts=False, rand=rand())
+    bolt.fail_roots([11, 12])
+    bolt.fail_roots([13], "could not serialise: cannot serialise a Foo")
+    assert msgs(bolt) == {(ACKER, ACK_FAIL): [11, OVERFLOW_REASON, 12, OVERFLOW_REASON,
+                                              13, "could not serialise: cannot serialise a Foo"]}
+    own = SpoutLedger(SPOUT, [SPOUT], [SPOUT], own_trees=True, timeout_s=0, rand=rand())
+    root = own.on_spout_emit("m", 1, now=0.0)[0][0]
+    own.fail_roots([root, 999], "could not serialise: x")
+    # nothing leaves, and the tree stays pending (its spout must not end without it)
+    assert own.take_messages() == [] and own.pending == 1
+    calls = own.expire(now=0.1)  # (no timeout: the fails due still leave)
+    assert calls.fails == ["m"] and calls.reasons == ["could not serialise: x"]
+    assert own.pending == 0 and own.unknown_acks == 1
+    assert own.expire(now=0.2).fails == []
+
+
+def test_a_reason_is_cut_and_one_not_a_str_makes_the_message_malformed():
+    bolt = BoltLedger([ACKER], [SPOUT], ackers_in_spouts=False, rand=rand())
+    bolt.on_fail(Tup([11, 5]), "x" * 10_000)
+    ((_, _, values),) = bolt.take_messages()
+    assert len(values[1]) == MAX_REASON_CHARS and values[1].endswith("...")
+    acker = AckerLedger([ACKER], [SPOUT], timeout_s=30)
+    acker.on_system_message(BOLT, ACK_FAIL, [11, {"not": "a str"}], now=0.0)
+    acker.on_system_message(BOLT, ACK_FAIL, [12], now=0.0)  # a root without its reason
+    assert acker.bad_messages == 2 and acker.take_messages() == []
+    spout = SpoutLedger(SPOUT, [ACKER], [SPOUT], own_trees=False, timeout_s=30, rand=rand())
+    root = spout.on_spout_emit("m", 2, now=0.0)[0][0]
+    assert spout.on_system_message(ACKER, ACKER_FAILED, [root, 3], now=0.0).fails == []
+    assert spout.bad_messages == 1 and spout.pending == 1

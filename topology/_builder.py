@@ -8,14 +8,16 @@ stream and the field involved.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
 from topology._components import DEFAULT_STREAM, Bolt, OutputFieldsDeclarer, Spout
 from topology._config import make_config
+from topology._dead_letters import DEAD_LETTER_FIELDS, DEAD_LETTER_STREAM, DEAD_LETTERS_ID
 from topology._errors import ConfigError, TopologyError
 from topology._fields import Fields
+from topology._sinks import DeadLetterSink
 from topology._windowed_executor import WindowedBoltExecutor
 from topology._windows import WindowedBolt
 
@@ -163,6 +165,20 @@ class _AckerBolt(Bolt):
     """Placeholder object of the acker component; the executor carries out its logic."""
 
 
+def _declare_dead_letters(spec: ComponentSpec) -> ComponentSpec:
+    """Spout ``spec`` with :data:`DEAD_LETTER_STREAM` declared (unchanged if it is)."""
+    if DEAD_LETTER_STREAM in spec.streams:
+        return spec
+    return replace(spec, streams=MappingProxyType(
+        {**spec.streams, DEAD_LETTER_STREAM: DEAD_LETTER_FIELDS}))
+
+
+def dead_letter_consumers(components: Mapping[str, ComponentSpec]) -> set[str]:
+    """The spouts whose dead-letter stream some bolt of ``components`` subscribes to."""
+    return {g.source for spec in components.values() for g in spec.inputs
+            if g.stream == DEAD_LETTER_STREAM}
+
+
 class StormTopology:
     """An immutable, validated topology: components and their task ids.
 
@@ -183,10 +199,16 @@ class StormTopology:
     every spout task tracks the trees of its own tuples, and :attr:`acker_tasks` are the
     spout tasks (a root id names its spout task: ``root % len(acker_tasks)`` is the
     spout's index in them).
+
+    With ``dead_letters`` (``topology.max.replays`` set, acking on; see
+    ``topology/_dead_letters.py``) every spout declares the dead-letter stream, and the
+    system bolt ``__dead_letters`` (:data:`DEAD_LETTERS_ID`, a ``DeadLetterSink`` of one
+    task, ids after the ackers') subscribes to it on every spout no user bolt takes it
+    from. Unlike the ackers it is a data subscriber: it is downstream of those spouts.
     """
 
     def __init__(self, components: dict[str, ComponentSpec], ackers: int = 0,
-                 ackers_in_spouts: bool = False) -> None:
+                 ackers_in_spouts: bool = False, dead_letters: bool = False) -> None:
         self._user = MappingProxyType(dict(components))
         tasks: dict[str, tuple[int, ...]] = {}
         next_id = 1
@@ -202,6 +224,21 @@ class StormTopology:
                 streams=MappingProxyType({}), direct_streams=frozenset(),
                 conf=MappingProxyType({}))
             tasks[ACKER_ID] = tuple(range(next_id, next_id + ackers))
+            next_id += ackers
+        self.dead_letters = dead_letters
+        if dead_letters:
+            taken = dead_letter_consumers(components)
+            spouts = sorted(c for c, spec in components.items() if spec.is_spout)
+            for c in spouts:
+                comps[c] = _declare_dead_letters(comps[c])
+            inputs = tuple(Grouping(c, DEAD_LETTER_STREAM, "shuffle") for c in spouts
+                           if c not in taken)
+            if inputs:
+                comps[DEAD_LETTERS_ID] = ComponentSpec(
+                    id=DEAD_LETTERS_ID, obj=DeadLetterSink(), parallelism=1, inputs=inputs,
+                    streams=MappingProxyType({}), direct_streams=frozenset(),
+                    conf=MappingProxyType({}))
+                tasks[DEAD_LETTERS_ID] = (next_id,)
         self._components = MappingProxyType(comps)
         self._tasks = MappingProxyType(tasks)
         self._task_component = {t: c for c, ts in tasks.items() for t in ts}
@@ -210,14 +247,16 @@ class StormTopology:
             tuple(sorted(t for c, ts in tasks.items() if comps[c].is_spout for t in ts))
             if self.ackers_in_spouts else tasks.get(ACKER_ID, ()))
 
-    def with_ackers(self, ackers: int, in_spouts: bool = False) -> StormTopology:
+    def with_ackers(self, ackers: int, in_spouts: bool = False,
+                    dead_letters: bool = False) -> StormTopology:
         """This topology with ``ackers`` acker tasks (Storm's ``topology.acker.executors``):
         the user's components plus the system component ``__acker`` of ``ackers`` tasks
         (none when ``ackers`` is 0); user task ids do not change. With ``in_spouts`` (and
         ``ackers`` > 0), the spout tasks are the ackers instead (see the class docstring).
         The acking links are the runtime's (``actors/_routing.py``), not edges of this graph.
+        With ``dead_letters``, the dead-letter stream and its system bolt (class docstring).
         """
-        return StormTopology(dict(self._user), ackers, in_spouts)
+        return StormTopology(dict(self._user), ackers, in_spouts, dead_letters)
 
     @property
     def back_edges(self) -> frozenset[tuple[str, str]]:
@@ -318,7 +357,8 @@ class StormTopology:
         return f"StormTopology({parts})"
 
     def __reduce__(self):
-        return (StormTopology, (dict(self._user), self._ackers, self.ackers_in_spouts))
+        return (StormTopology, (dict(self._user), self._ackers, self.ackers_in_spouts,
+                                self.dead_letters))
 
 
 class TopologyBuilder:
@@ -387,6 +427,10 @@ class TopologyBuilder:
     def create_topology(self) -> StormTopology:
         """Validate the graph and return an immutable :class:`StormTopology`.
 
+        A bolt may subscribe to a spout's dead-letter stream (:data:`DEAD_LETTER_STREAM`,
+        fields :data:`DEAD_LETTER_FIELDS`) without the spout declaring it: the stream is
+        the system's, and carries tuples once ``topology.max.replays`` is set.
+
         Raises:
             TopologyError: no spout; parallelism < 1; a subscription to an unknown
                 component or undeclared stream; a fields grouping on an undeclared field;
@@ -402,6 +446,9 @@ class TopologyBuilder:
                 streams=MappingProxyType(dict(d.streams)),
                 direct_streams=frozenset(d.direct),
                 conf=MappingProxyType(_component_conf(cid, obj, self._conf[cid])))
+        for cid in dead_letter_consumers(comps):  # the dead-letter stream is the system's
+            if cid in comps and comps[cid].is_spout:
+                comps[cid] = _declare_dead_letters(comps[cid])
         _validate_structure(comps)
         return StormTopology(comps)
 

@@ -205,7 +205,17 @@ class TopologyContext:
 
 
 class SpoutOutputCollector:
-    """What a spout emits through (Storm's ``SpoutOutputCollector``). Never blocks."""
+    """What a spout emits through (Storm's ``SpoutOutputCollector``). Never blocks.
+
+    Attributes:
+        fail_reason: ours (Storm's ``fail`` says nothing of why): during the spout's
+            ``fail(msg_id)``, why that tuple's tree failed, a short str such as
+            ``"ValueError: bad row (in bolt 'parse')"``, ``"failed by bolt 'parse'"``,
+            ``"timeout"`` or ``"could not serialise: ..."`` (None when unknown, and
+            outside ``fail``). ``RetryService`` puts it into the dead letter.
+    """
+
+    fail_reason: str | None = None
 
     def emit(self, values: Sequence, stream: str = DEFAULT_STREAM,
              msg_id: Any = None) -> Sequence[int]:
@@ -245,8 +255,10 @@ class OutputCollector:
         """Mark ``tup`` done: its tuple tree completes once every tuple in it is acked."""
         raise NotImplementedError
 
-    def fail(self, tup: Tuple) -> None:
-        """Fail ``tup``'s tuple tree now: the spout's ``fail(msg_id)`` follows."""
+    def fail(self, tup: Tuple, reason: str | None = None) -> None:
+        """Fail ``tup``'s tuple tree now: the spout's ``fail(msg_id)`` follows, with
+        ``reason`` as its ``collector.fail_reason`` (ours; by default the exception being
+        handled, if any, naming this bolt, else ``"failed by bolt '<id>'"``)."""
         raise NotImplementedError
 
     def reset_timeout(self, tup: Tuple) -> None:

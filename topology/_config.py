@@ -26,6 +26,8 @@ class ConfigKey:
     minimum: float | None = None
     nullable: bool = False
     choices: tuple[str, ...] | None = None
+    #: the value must be above this (an exclusive minimum)
+    above: float | None = None
 
 
 WAIT_STRATEGIES = ("progressive", "park", "sleep")
@@ -61,6 +63,29 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("topology.executor.overflow.limit", (int,), 0,
               "Storm's default: 0 leaves the overflow queue (remote arrivals during the "
               "halt-lag) unbounded; >0 drops, and counts, beyond the limit.", minimum=0),
+    ConfigKey("topology.executor.receive.buffer.bytes", (int,), 32 * 1024 * 1024,
+              "Bounds each executor's receive queue in wire bytes too: the queue is full at "
+              "whichever bound comes first. Tuple counts alone let Arrow record-batch tuples "
+              "take gigabytes (benchmarks/overload.py, batch row). A tuple larger than the "
+              "bound enters only an empty queue, alone. Decoded Python rows take several "
+              "times their wire size; Arrow stays close to it. null: no byte bound.",
+              nullable=True, above=0),
+    ConfigKey("topology.executor.overflow.limit.bytes", (int,), None,
+              "Bounds the overflow queue in wire bytes (beyond it, tuples are dropped and "
+              "counted, as at topology.executor.overflow.limit). null: unbounded, as the "
+              "count limit's 0 (the overflow only holds the halt-lag's arrivals).",
+              nullable=True, above=0),
+    ConfigKey("topology.backpressure.overload", (str,), "block",
+              "What a bolt does when its input is faster than it: \"block\" (Storm 2.0's "
+              "backpressure: senders wait, nothing is lost) or \"shed\" (latency-first: a "
+              "tuple whose time in the queue passed topology.shed.latency.target.ms is shed "
+              "instead of executed, and arrivals that find the queue full are shed; never "
+              "blocks a sender). Per topology or per component; \"shed\" needs acking off "
+              "(topology.acker.executors 0): a shed tuple cannot be replayed.",
+              choices=("block", "shed")),
+    ConfigKey("topology.shed.latency.target.ms", (int, float), 100,
+              "The queue sojourn time (CoDel's measure, taken as a tuple leaves the queue) "
+              "past which a \"shed\" bolt sheds the tuple.", above=0),
     ConfigKey("topology.metrics.interval.secs", (int, float), 1.0,
               "ours: how often each task turns its counters into per-second rates (Flink's "
               "busy/idle/backpressured ms per second) and exports them through "
@@ -189,6 +214,13 @@ _KEYS: list[ConfigKey] = [
               "stream instead of being counted and dropped.", nullable=True),
     ConfigKey("topology.message.timeout.secs", (int, float), 30, "Storm's default.",
               minimum=0),
+    ConfigKey("topology.max.replays", (int,), None,
+              "Ours (storm-kafka-client's maxRetries; Storm itself replays without end): N "
+              "caps replays, so a spout tuple is emitted at most 1 + N times and after its "
+              "last failure goes, with the failure's reason, to the dead-letter stream "
+              "(handle.dead_letters()) instead of replaying. Unset keeps Storm's "
+              "behaviour: a poison tuple replays forever and holds its spout's end of "
+              "stream.", minimum=0, nullable=True),
     ConfigKey("topology.acker.executors", (int,), None,
               "Storm's default: null means one acker per worker.", minimum=0, nullable=True),
     ConfigKey("topology.acker.in.spouts", (bool,), False,
@@ -232,6 +264,8 @@ def _check(key: ConfigKey, value: Any) -> None:
                           f"got {value!r}")
     if key.minimum is not None and not isinstance(value, (str, bool)) and value < key.minimum:
         raise ConfigError(f"config {key.name!r} must be >= {key.minimum}, got {value!r}")
+    if key.above is not None and not isinstance(value, (str, bool)) and value <= key.above:
+        raise ConfigError(f"config {key.name!r} must be > {key.above}, got {value!r}")
 
 
 def _tn(key: ConfigKey) -> str:

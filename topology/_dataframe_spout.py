@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from topology._components import Spout
+from topology._dead_letters import RetryService
 from topology._errors import TopologyError
 
 
@@ -29,8 +30,11 @@ class DataFrameSpout(Spout):
             choice, one per Spark partition).
         msg_ids: emit each row with a ``msg_id`` (its running number in this task), so
             acking tracks it; a failed or timed-out row is emitted again, before new rows,
-            until acked. Rows in flight are kept until acked (bound them with
-            ``topology.max.spout.pending``). With ``arrow_batches``, per record batch.
+            until acked, or with ``topology.max.replays`` = N until its (1 + N)-th
+            failure, when it goes to the dead letters instead
+            (:class:`~topology.RetryService`). Rows in flight are kept until acked (bound
+            them with ``topology.max.spout.pending``). With ``arrow_batches``, per record
+            batch.
         arrow_batches: emit Arrow record batches instead of rows: one tuple per batch of
             at most ``batch_rows`` rows, with the single field ``batch`` (a
             ``pyarrow.RecordBatch``, which the wire carries as Arrow IPC), for bolts that
@@ -87,6 +91,7 @@ class DataFrameSpout(Spout):
         self._emitted_items = 0
         self._in_flight: dict = {}
         self._replay: list = []
+        self._retries = RetryService(conf, context, collector)
 
     def _next_block(self) -> bool:
         import ray
@@ -127,8 +132,12 @@ class DataFrameSpout(Spout):
         return self.emitted_rows
 
     def ack(self, msg_id) -> None:
-        self._in_flight.pop(msg_id, None)
+        if self._in_flight.pop(msg_id, None) is not None:
+            self._retries.remove(msg_id)
 
     def fail(self, msg_id) -> None:
         if msg_id in self._in_flight:
-            self._replay.append(msg_id)
+            if self._retries.schedule(msg_id, self._in_flight[msg_id]):
+                self._replay.append(msg_id)
+            else:
+                del self._in_flight[msg_id]

@@ -1,4 +1,5 @@
-"""``DatasetSink``: a topology's output as Arrow tables, for a Ray Dataset or Spark DataFrame.
+"""``DatasetSink``: a topology's output as Arrow tables, for a Ray Dataset or Spark DataFrame;
+``DeadLetterSink``: the tuples spouts gave up (``topology.max.replays``).
 
 Only :meth:`DatasetSink.arrow_table` imports ``pyarrow`` (a dependency of ``ray[data]``), so
 building a topology stays Ray-free.
@@ -10,6 +11,7 @@ import threading
 from collections.abc import Sequence
 
 from topology._components import Bolt
+from topology._dead_letters import DEAD_LETTER_STREAM, DeadLetter
 from topology._errors import TopologyError
 
 
@@ -118,3 +120,48 @@ class DatasetSink(Bolt):
         if len(tables) == 1:
             return tables[0]
         return pa.concat_tables(tables, promote_options="default")
+
+
+class DeadLetterSink(Bolt):
+    """Keeps the dead letters it receives, for ``handle.dead_letters()``: the spout tuples
+    that failed ``1 + topology.max.replays`` times (see ``topology/_dead_letters.py``).
+
+    With ``topology.max.replays`` set, the submit's plan adds one as the system bolt
+    ``__dead_letters`` (one task), subscribed to the dead-letter stream of every spout
+    whose dead letters no user bolt takes; subscribe one yourself (``shuffle_grouping(spout,
+    DEAD_LETTER_STREAM)``) to keep them elsewhere, or a ``DatasetSink`` to have them as a
+    table. Each is kept as a :class:`~topology.DeadLetter`. Bounded: beyond ``max_letters``
+    per task a dead letter raises ``OverflowError`` (reported, counted in errors), so a
+    poison stream cannot grow memory without limit. The letters live in the sink's actor:
+    read them before ``kill``.
+
+    Args:
+        max_letters: dead letters kept per task at most (>= 1).
+
+    Raises:
+        TopologyError: ``max_letters`` < 1; a tuple from another stream (reported when it
+            arrives).
+    """
+
+    outputs = ()
+
+    def __init__(self, max_letters: int = 100_000) -> None:
+        if max_letters < 1:
+            raise TopologyError(f"DeadLetterSink needs max_letters >= 1, got {max_letters}")
+        self.max_letters = max_letters
+        self.received: list[DeadLetter] = []
+
+    def prepare(self, conf, context, collector) -> None:
+        self.received = []
+
+    def execute(self, tup) -> None:
+        if tup.is_tick():  # (topology.tick.tuple.freq.secs set for the whole topology)
+            return
+        if tup.source_stream != DEAD_LETTER_STREAM:
+            raise TopologyError(f"DeadLetterSink takes stream {DEAD_LETTER_STREAM!r}, got "
+                                f"stream {tup.source_stream!r} of {tup.source_component!r}")
+        if len(self.received) >= self.max_letters:
+            raise OverflowError(f"DeadLetterSink holds max_letters={self.max_letters}")
+        spout, msg_id, values, reason, attempts = tup.values
+        self.received.append(DeadLetter(spout, tup.source_task, msg_id, values, reason,
+                                        attempts))

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from topology._components import Bolt, Spout
+from topology._dead_letters import RetryService
 from topology._errors import TopologyError
 
 
@@ -23,9 +24,11 @@ class IterableSpout(Spout):
         factory: alternative to ``items``: a picklable callable returning an iterable,
             called once in each task (for large generated inputs).
         msg_ids: emit each item with its position as ``msg_id``, so acking tracks it; a
-            failed (or timed out) item is emitted again, before any new item, until acked.
-            Items in flight are kept until acked (at most ``topology.max.spout.pending``
-            per task when that is set).
+            failed (or timed out) item is emitted again, before any new item, until acked,
+            or with ``topology.max.replays`` = N until its (1 + N)-th failure, when it
+            goes to the dead letters instead (:class:`~topology.RetryService`). Items in
+            flight are kept until acked (at most ``topology.max.spout.pending`` per task
+            when that is set).
 
     Each item is a sequence of values (one per field); with a single field a scalar item
     is wrapped.
@@ -54,7 +57,9 @@ class IterableSpout(Spout):
         self._replay: list = []  # failed msg_ids, oldest first
         self.acked_ids: list = []  # for inspection (handle.task_state)
         self.failed_ids: list = []
+        self.dead_ids: list = []  # given up at topology.max.replays
         self.taken = 0
+        self._retries = RetryService(conf, context, collector)
 
     def next_tuple(self) -> None:
         if self._replay:
@@ -80,11 +85,16 @@ class IterableSpout(Spout):
     def ack(self, msg_id) -> None:
         if self._in_flight.pop(msg_id, None) is not None:
             self.acked_ids.append(msg_id)
+            self._retries.remove(msg_id)
 
     def fail(self, msg_id) -> None:
         if msg_id in self._in_flight:
             self.failed_ids.append(msg_id)
-            self._replay.append(msg_id)
+            if self._retries.schedule(msg_id, self._in_flight[msg_id]):
+                self._replay.append(msg_id)
+            else:
+                del self._in_flight[msg_id]
+                self.dead_ids.append(msg_id)
 
 
 class CollectorBolt(Bolt):

@@ -65,8 +65,8 @@ class _WindowCollector(OutputCollector):
     def ack(self, tup: Tuple) -> None:
         self._c.ack(tup)
 
-    def fail(self, tup: Tuple) -> None:
-        self._c.fail(tup)
+    def fail(self, tup: Tuple, reason: str | None = None) -> None:
+        self._c.fail(tup, reason)
 
     def reset_timeout(self, tup: Tuple) -> None:
         self._c.reset_timeout(tup)

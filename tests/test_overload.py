@@ -1,0 +1,126 @@
+"""Overload on a running topology: latency-first shedding against blocking, and queues
+bounded in bytes with Arrow record-batch tuples (Ray)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.components import ArrowBatches, LatencyCollector, RateSpout, SlowArrowSink
+from topology import IterableSpout, TopologyBuilder
+
+pytestmark = pytest.mark.ray
+
+#: the slow sink's work per tuple (s): about 900 tuples/s with sleep's overshoot
+WORK_S = 0.001
+#: offered: ten times what the sink can take
+OFFERED_PER_S = 10_000
+TARGET_MS = 100
+
+
+def _overloaded(mode: str, duration_s: float):
+    b = TopologyBuilder()
+    b.set_spout("live", RateSpout(OFFERED_PER_S, duration_s))
+    b.set_bolt("sink", LatencyCollector(WORK_S)).shuffle_grouping("live")
+    conf = {"topology.acker.executors": 0, "topology.backpressure.overload": mode,
+            "topology.shed.latency.target.ms": TARGET_MS}
+    return b.create_topology(), conf
+
+
+def _run_sampling(cluster, name, topology, conf, timeout):
+    handle = cluster.submit_topology(name, conf, topology)
+    samples = []
+    try:
+        assert handle.wait(0.0) is False
+        while not handle.wait(0.5):
+            samples.append(handle.stats())
+            assert len(samples) < timeout * 2, "the topology did not complete"
+        return handle.stats(), handle.collected("sink"), samples
+    finally:
+        cluster.kill_topology(name)
+
+
+def _p99(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(0.99 * len(xs)))]
+
+
+@pytest.mark.parametrize("workers", ["1worker", "2workers"], indirect=True)
+def test_shed_keeps_latency_within_the_target_and_accounts_for_every_tuple(
+        cluster, workers, name):
+    """10x overload for 30 s under "shed": every emitted tuple is delivered or shed
+    (exactly), some are shed, and the emit-to-execute p99 stays within target + 50 ms."""
+    topology, conf = _overloaded("shed", 30.0)
+    final, got, _ = _run_sampling(cluster, name, topology, workers.conf(conf), 120)
+    spout, sink = final.component("live")[0], final.component("sink")[0]
+    assert final.complete
+    assert sink.shed > 0
+    assert sink.executed == len(got)
+    assert sink.shed + sink.executed == spout.emitted
+    sites = {site for by in sink.shed_by_stream.values() for site in by}
+    assert set(sink.shed_by_stream) == {"live:default"} and sites <= {"queue", "arrival"}
+    assert sum(n for by in sink.shed_by_stream.values() for n in by.values()) == sink.shed
+    latencies = [v[1] for *_, v in got]
+    p99_ms = _p99(latencies) * 1000
+    assert p99_ms <= TARGET_MS + 50, f"p99 {p99_ms:.1f} ms"
+    # the spout was never held: it offered the whole stream's rate
+    assert spout.emitted >= 0.9 * OFFERED_PER_S * 30
+
+
+def test_block_sheds_nothing_and_keeps_its_queues_bounded(cluster, name):
+    """The same overload under "block": nothing shed, nothing lost, queues within their
+    bounds (the source is held instead, so the latency grows)."""
+    topology, conf = _overloaded("block", 10.0)
+    conf = {**conf, "topology.executor.receive.buffer.size": 1024,
+            "topology.workers": 2}
+    final, got, samples = _run_sampling(cluster, name, topology, conf, 180)
+    spout, sink = final.component("live")[0], final.component("sink")[0]
+    assert sink.shed == 0 and sink.shed_by_stream == {}
+    assert sink.executed == spout.emitted == len(got)
+    assert sink.dropped_messages == 0
+    assert samples
+    for s in samples:
+        for t in s.tasks:
+            assert t.queue_population <= t.queue_capacity
+    assert max(v[1] for *_, v in got) * 1000 > TARGET_MS + 50  # held, not shed
+
+
+@pytest.mark.parametrize("workers", ["1worker", "2workers"], indirect=True)
+def test_a_byte_bounded_queue_holds_its_byte_bound_with_arrow_batches(cluster, workers, name):
+    """Arrow batches of several sizes, one larger than the whole bound, into a slow sink:
+    on every stats sample the sink's receive queue holds at most its byte bound, unless it
+    holds exactly one tuple (the large one, admitted alone into the empty queue). From
+    another worker, what arrives while the queue is full waits in the overflow, which the
+    senders' credits bound (``max.inflight.batches`` frames of ``producer.batch.size``
+    tuples each), never the stream."""
+    bound, batch, credits = 200_000, 4, 2
+    rows = (100, 1_000, 4_000, 30_000)  # the last is larger than the bound on the wire
+    b = TopologyBuilder()
+    b.set_spout("batches", IterableSpout(ArrowBatches(80, rows), fields=("batch",)))
+    b.set_bolt("sink", SlowArrowSink(0.02)).shuffle_grouping("batches")
+    conf = workers.conf({"topology.acker.executors": 0,
+                         "topology.executor.receive.buffer.bytes": bound,
+                         "topology.producer.batch.size": batch,
+                         "topology.transfer.max.inflight.batches": credits})
+    final, _, samples = _run_sampling_stats(cluster, name, b.create_topology(), conf, 120)
+    sink_rows = [t for s in samples for t in s.component("sink")]
+    assert len(sink_rows) >= 3
+    assert any(t.queued_bytes + t.overflow_bytes > 0 for t in sink_rows)
+    largest = 30_000 * 24  # a generous wire size of the largest batch
+    for t in sink_rows:
+        assert t.queue_capacity_bytes == bound
+        assert t.queued_bytes <= bound or t.queue_population == 1, (
+            t.queued_bytes, t.queue_population)
+        assert t.overflow_bytes <= credits * batch * largest
+    assert final.component("sink")[0].executed == 80
+
+
+def _run_sampling_stats(cluster, name, topology, conf, timeout):
+    handle = cluster.submit_topology(name, conf, topology)
+    samples = []
+    try:
+        while not handle.wait(0.1):
+            samples.append(handle.stats())
+            assert len(samples) < timeout * 10, "the topology did not complete"
+        return handle.stats(), None, samples
+    finally:
+        cluster.kill_topology(name)
