@@ -203,23 +203,45 @@ class LiveSpout(Spout):
 
 
 class LatencySink(CollectorBolt):
-    """Busy-waits ``work_us`` per tuple and keeps ``[t, latency_s]`` of each: when it ran
-    (s since its first tuple) and how long after its spout emit it started."""
+    """Works ``work_us`` per tuple (busy, or with ``busy=False`` asleep) and keeps, per
+    tuple, when it ran (s since its first tuple) and how long after its spout's emit
+    (``emitted_at``) it started. Kept in two flat arrays, not one Python object per tuple,
+    so the sink's own heap does not grow the garbage collector's pauses into the latency
+    it measures; ``received`` gives them as ``CollectorBolt`` items, value ``[t, latency_s]``.
+    """
 
-    def __init__(self, work_us: float) -> None:
+    def __init__(self, work_us: float, busy: bool = True) -> None:
         super().__init__(max_tuples=10_000_000)
         self.work_s = work_us / 1e6
+        self.busy = busy
 
     def prepare(self, conf, context, collector):
         super().prepare(conf, context, collector)
+        from array import array
+
         self.t0 = None
+        self._at, self._lat = array("d"), array("d")
+
+    @property
+    def received(self) -> list:
+        # (strict=False: a read while execute appends may see one array a value ahead)
+        pairs = zip(self._at, self._lat, strict=False)
+        return [(self._task, "", 0, "", [t, lat]) for t, lat in pairs]
+
+    @received.setter
+    def received(self, _value) -> None:  # (CollectorBolt's prepare resets it)
+        pass
 
     def execute(self, tup):
         now = time.time()
         if self.t0 is None:
             self.t0 = now
-        self.received.append((0, "", 0, "", [now - self.t0, now - tup.values[1]]))
-        busy_wait(self.work_s)
+        self._at.append(now - self.t0)
+        self._lat.append(now - tup.values[1])
+        if self.busy:
+            busy_wait(self.work_s)
+        else:
+            time.sleep(self.work_s)
 
 
 def build_live(rate: float, duration_s: float, work_us: float):

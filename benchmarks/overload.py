@@ -40,8 +40,10 @@ def live_run(cluster, mode: str, rate: float, seconds: float, work_us: float,
              target_ms: float) -> dict:
     """One run of live → sink; returns counts, the sink's executed rate over the second
     half, and the latencies of the executed tuples."""
+    # batches of 100: a partial batch waits while an earlier one is in flight (the Nagle
+    # rule), up to batch size / rate before the queue's clock starts (docs/overload.md)
     conf = {**BASE, "topology.backpressure.overload": mode,
-            "topology.shed.latency.target.ms": target_ms}
+            "topology.shed.latency.target.ms": target_ms, "topology.producer.batch.size": 100}
     h = cluster.submit_topology(f"overload-{mode}", conf,
                                 pipeline.build_live(rate, seconds, work_us))
     try:

@@ -132,8 +132,10 @@ class TopologyStats:
         show): ``component``, ``tasks``, ``rate_per_s`` (executed, or emitted for spouts,
         in the last metrics interval), ``capacity`` and ``busy`` (max over tasks, 0..1),
         ``backpressured`` (0..1), ``level`` (``OK``/``LOW``/``HIGH``, with the holding
-        task), ``queued``, ``errors``, ``dead_letters`` (tuples its spout tasks gave up at
-        ``topology.max.replays``), ``stalled`` (tasks). The interval figures are None
+        task), ``queued``, ``queued_bytes`` (wire bytes in its receive and overflow
+        queues), ``errors``, ``dead_letters`` (tuples its spout tasks gave up at
+        ``topology.max.replays``), ``shed`` (tuples it shed, ``topology.backpressure.overload``
+        "shed"), ``stalled`` (tasks). The interval figures are None
         until a task of the component has closed a metrics interval."""
         out = []
         for c in sorted({t.component for t in self.tasks}):
@@ -149,8 +151,10 @@ class TopologyStats:
                 if done else None,
                 "backpressured": bp, "level": level,
                 "queued": sum(t.queue_population + t.overflow for t in ts),
+                "queued_bytes": sum(t.queued_bytes + t.overflow_bytes for t in ts),
                 "errors": sum(t.error_count for t in ts),
                 "dead_letters": sum(t.dead_letters for t in ts),
+                "shed": sum(t.shed for t in ts),
                 "stalled": sum(t.stalled for t in ts)})
         return out
 
@@ -192,7 +196,7 @@ class TopologyStats:
                          f"{sum(t.backpressure_wait_ms for t in ts):>12.1f}{r['errors']:>8}"
                          f"  {fmt(r['busy'], '.0%'):>5} {fmt(r['backpressured'], '.0%'):>5}"
                          f"  {r['level']}")
-        lines += window_lines(self) + dead_letter_lines(self)
+        lines += window_lines(self) + dead_letter_lines(self) + shed_lines(self)
         for t in self.stalled_tasks():
             lines.append(f"STALLED {t.component}:{t.task} for {t.stalled_seconds:.0f} s "
                          f"({t.queue_population + t.overflow} queued, {t.pending_emits} "
@@ -221,6 +225,26 @@ def dead_letter_lines(stats: TopologyStats) -> list[str]:
     CLI and the notebook view; none while there are no dead letters)."""
     return [f"dead letters {r['component']}: {r['dead_letters']} (handle.dead_letters())"
             for r in stats.rows() if r["dead_letters"]]
+
+
+def shed_lines(stats: TopologyStats) -> list[str]:
+    """One line per component that shed tuples (latency-first, backpressure/_shed.py):
+    how many, at which site, from which input streams (the summary, the CLI and the
+    notebook view; none while nothing is shed)."""
+    out = []
+    for c in sorted({t.component for t in stats.tasks if t.shed}):
+        ts = stats.component(c)
+        by: dict[str, dict[str, int]] = {}
+        for t in ts:
+            for stream, sites in t.shed_by_stream.items():
+                for site, n in sites.items():
+                    d = by.setdefault(stream, {})
+                    d[site] = d.get(site, 0) + n
+        parts = ", ".join(f"{stream} " + " + ".join(f"{n} at {site}" for site, n in
+                                                    sorted(sites.items()))
+                          for stream, sites in sorted(by.items()))
+        out.append(f"shed {c}: {sum(t.shed for t in ts)} ({parts})")
+    return out
 
 
 def fmt(value: float | None, spec: str) -> str:
@@ -261,7 +285,8 @@ def stats_html(stats: TopologyStats, progress: dict[str, tuple[int, int | None]]
     stalled = "".join(f"<li>STALLED {escape(t.component)}:{t.task} for "
                       f"{t.stalled_seconds:.0f} s</li>" for t in stats.stalled_tasks())
     stalled += "".join(f"<li>{escape(line)}</li>"
-                       for line in window_lines(stats) + dead_letter_lines(stats))
+                       for line in window_lines(stats) + dead_letter_lines(stats)
+                       + shed_lines(stats))
     return (f"<div><b>topology {escape(stats.name)}</b>: {len(stats.tasks)} tasks, {state}"
             f"<table><thead><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>"

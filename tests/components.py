@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from benchmarks._pipeline import LiveSpout as RateSpout  # noqa: F401 (a live source)
+from benchmarks._pipeline import LatencySink, LiveSpout  # noqa: F401 (overload tests)
 from topology import BatchBolt, Bolt, CollectorBolt, Fields, Spout
 
 
@@ -483,21 +483,6 @@ class SumBatchBolt(BatchBolt):
             raise RuntimeError(f"batch with seq {self.fail_at}")
         for t in tuples:
             self.collector.emit((t.values[0],), anchors=t)
-
-
-class LatencyCollector(CollectorBolt):
-    """A slow sink (``work_s`` of sleep per tuple) keeping ``[seq, latency_s]`` per tuple:
-    the time from the spout's emit (``emitted_at``) to the start of this ``execute``."""
-
-    def __init__(self, work_s: float) -> None:
-        super().__init__()
-        self.work_s = work_s
-
-    def execute(self, tup) -> None:
-        lat = time.time() - tup["emitted_at"]
-        time.sleep(self.work_s)
-        self.received.append((self._task, tup.source_component, tup.source_task,
-                              tup.source_stream, [tup["i"], lat]))
 
 
 class ArrowBatches:

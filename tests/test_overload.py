@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.components import ArrowBatches, LatencyCollector, RateSpout, SlowArrowSink
+from tests.components import ArrowBatches, LatencySink, LiveSpout, SlowArrowSink
 from topology import IterableSpout, TopologyBuilder
 
 pytestmark = pytest.mark.ray
@@ -19,10 +19,12 @@ TARGET_MS = 100
 
 def _overloaded(mode: str, duration_s: float):
     b = TopologyBuilder()
-    b.set_spout("live", RateSpout(OFFERED_PER_S, duration_s))
-    b.set_bolt("sink", LatencyCollector(WORK_S)).shuffle_grouping("live")
+    b.set_spout("live", LiveSpout(OFFERED_PER_S, duration_s))
+    b.set_bolt("sink", LatencySink(WORK_S * 1e6, busy=False)).shuffle_grouping("live")
+    # batches of 100: a partial batch waits while an earlier one is in flight (the Nagle
+    # rule), up to batch size / rate before the queue's clock starts (docs/overload.md)
     conf = {"topology.acker.executors": 0, "topology.backpressure.overload": mode,
-            "topology.shed.latency.target.ms": TARGET_MS}
+            "topology.shed.latency.target.ms": TARGET_MS, "topology.producer.batch.size": 100}
     return b.create_topology(), conf
 
 

@@ -203,3 +203,20 @@ def test_shedding_with_acking_on_is_refused_at_submit(per_component):
         plan(_shedding_topology(per_component), conf)
     p = plan(_shedding_topology(per_component), {**conf, "topology.acker.executors": 0})
     assert not p.acker_tasks
+
+
+def test_stats_views_show_what_was_shed_and_the_queued_bytes():
+    from actors._stats import TaskStats
+    from cluster._stats import TopologyStats, shed_lines, stats_html
+
+    tasks = [TaskStats(component="sink", task=t, worker=0, state="running", shed=s,
+                       shed_by_stream={"live:default": {"queue": s - 1, "arrival": 1}},
+                       queued_bytes=100, overflow_bytes=20)
+             for t, s in ((1, 5), (2, 7))]
+    tasks.append(TaskStats(component="live", task=0, worker=0, state="running"))
+    st = TopologyStats("t", tasks, False, [], {})
+    row = {r["component"]: r for r in st.rows()}
+    assert row["sink"]["shed"] == 12 and row["live"]["shed"] == 0
+    assert row["sink"]["queued_bytes"] == 240
+    assert shed_lines(st) == ["shed sink: 12 (live:default 2 at arrival + 10 at queue)"]
+    assert "shed sink: 12" in st.summary() and "shed sink: 12" in stats_html(st)

@@ -39,10 +39,9 @@ class DataFrameSpout(Spout):
             at most ``batch_rows`` rows, with the single field ``batch`` (a
             ``pyarrow.RecordBatch``, which the wire carries as Arrow IPC), for bolts that
             work on whole columns (numpy / ``pyarrow.compute``), paying the per-tuple cost
-            once per batch. Queues count tuples, not bytes: size them in batches
-            (e.g. ``topology.executor.receive.buffer.size`` 64 and
-            ``topology.producer.batch.size`` 4), or the default 32,768-tuple queues hold
-            gigabytes before they push back (``benchmarks/peers.py``; see docs/benchmarks.md).
+            once per batch. The queues' byte bound
+            (``topology.executor.receive.buffer.bytes``) holds their memory with the
+            default sizes (``benchmarks/overload.py``, batch row; docs/overload.md).
         batch_rows: rows per record batch with ``arrow_batches`` (>= 1).
 
     Attributes:
