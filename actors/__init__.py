@@ -27,6 +27,7 @@ _LAZY = {
     "stable_hash": "actors._routing", "stream_table": "actors._routing",
     "FRAME_LOST": "actors._transfer", "TransferActor": "actors._transfer",
     "actor_name": "actors._routing",
+    "ThrottleCoordinator": "actors._coordinator", "coordinator_name": "actors._coordinator",
 }
 
 __all__ = sorted(_LAZY)

@@ -23,6 +23,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from actors._codec import FrameError, decode_batch, decode_status, encode_batch, encode_transfer
+from actors._coordinator import coordinator_name
 from actors._executor import EOS_STREAM, ExecutorCore, make_executor
 from actors._gc import freeze_startup_objects, tune_gc
 from actors._metrics import RayMetricsExport, TaskMetrics
@@ -35,6 +36,15 @@ from backpressure import BackPressureStatus
 logger = logging.getLogger("storm_on_ray.actor")
 
 _EOS_ITEM = (EOS_STREAM, None)
+
+#: Seconds a destination whose frames were lost (its actor died, or its worker's transfer
+#: actor answered FRAME_LOST) stays at full load for the load-aware shuffle
+#: (``ActorSink.load``): Storm's load refresh period. A dead actor's calls fail at once, so
+#: its credits come back at once and, without this, it would look idle and get the largest
+#: share, all lost. Afterwards its share probes it again: a restarting actor's calls wait
+#: in Ray's queue (its credits fill: still full load), a restarted one acknowledges, a
+#: dead one fails again.
+LOST_HOLD_S = 1.0
 
 
 def _deliver(transfer, src_worker: int, dest_task: int, frame: bytes):
@@ -72,7 +82,7 @@ class ActorSink:
 
     __slots__ = ("_send", "_src", "_max", "_inflight", "_core", "dest", "sent_batches",
                  "_remote", "_may_send", "_next", "_acked", "_epoch", "resets",
-                 "_frame_limit", "cut_frames")
+                 "_frame_limit", "cut_frames", "_lost_at", "_progress_at")
 
     def __init__(self, send, src_task: int, dest_task: int, max_inflight: int,
                  core: ExecutorCore, remote: bool = False) -> None:
@@ -90,6 +100,10 @@ class ActorSink:
         self._epoch = time.time_ns() if core.inbound.reconstructed else 0
         self.sent_batches = 0
         self.resets = 0
+        self._lost_at = float("-inf")  # monotonic time of the last reset
+        # monotonic time of the last acknowledgement, or of the send that found nothing
+        # unacknowledged: how long the receiver has been silent (see load)
+        self._progress_at = time.monotonic()
         # a frame stays within half the receive queue's byte bound (and the frame cap), so
         # one frame never needs more than the queue has (docs/overload.md, byte bounds)
         c = core.conf
@@ -126,12 +140,14 @@ class ActorSink:
                 lost = True
             elif isinstance(ack, int) and ack > self._acked:
                 self._acked = ack
+                self._progress_at = time.monotonic()
         if lost:
             self._reset()
 
     def _reset(self) -> None:
         """Frames may be lost: start a new epoch (see the class docstring)."""
         self.resets += 1
+        self._lost_at = time.monotonic()
         self._epoch = max(time.time_ns(), self._epoch + 1)
         self._next, self._acked, self._inflight = 0, -1, []
         if self._core.state in ("ending", "done"):  # the receiver may lack our end marker
@@ -149,6 +165,36 @@ class ActorSink:
     def busy(self) -> bool:
         """True while an earlier batch to this destination is unacknowledged (non-blocking)."""
         return self.unacked() > 0
+
+    def load(self) -> float:
+        """How loaded the destination looks from this sender: the load-aware shuffle's
+        signal (``Outbox.load``). Storm's ``LoadAwareShuffleGrouping`` weighs by the queue
+        fill that receiving workers report; here it is what the sender knows, no message:
+
+        * below 1.0, the credits in use beyond the first, as a fraction of the others:
+          Nagle's rule keeps one frame in flight while the next fills, a healthy
+          receiver's normal state, not load (so while nothing lags, the shares stay even);
+        * 1.0 and above, it takes nothing now, and the excess says for how long, in
+          seconds: every credit in use (``max_inflight`` frames unacknowledged: a slow
+          receiver, or a hung or restarting one, which acknowledges nothing), ``1.0 +`` the
+          seconds since its last acknowledgement; frames to it lost in the last
+          :data:`LOST_HOLD_S` (a dead receiver), ``1.0 + LOST_HOLD_S``; refused by the
+          flow-control policy (a task in another worker that its worker names
+          backlogged), 1.0. When every target takes nothing, the shuffle keeps to those
+          that stopped most recently, so a hung or dead one is not picked while a live
+          one is merely full.
+
+        Non-blocking (reaps finished calls); executor thread.
+        """
+        now = time.monotonic()
+        used = self.unacked()  # (reaps: a loss found here starts the hold)
+        if now - self._lost_at < LOST_HOLD_S:
+            return 1.0 + LOST_HOLD_S
+        if used >= self._max:
+            return 1.0 + max(0.0, now - self._progress_at)
+        if self._remote and self.dest in self._core.policy.backlogged_remote():
+            return 1.0
+        return max(0, used - 1) / (self._max - 1)  # (here _max > used >= 0, so _max >= 2)
 
     def __call__(self, items: list) -> int:
         if self._remote and not self._may_send(self.dest):  # the flow-control policy
@@ -175,6 +221,8 @@ class ActorSink:
         fut = self._send(frame).future()
         fut.add_done_callback(self._wake_sender)  # a credit is back: retry pending_emits
         self._inflight.append(fut)
+        if self._next - 1 == self._acked:  # nothing was unacknowledged: the wait starts
+            self._progress_at = time.monotonic()
         self._next += 1
         self.sent_batches += 1
         return n
@@ -244,6 +292,10 @@ class ExecutorActor:
         self._transfer = None
         self._bp_thread: threading.Thread | None = None
         self._prefix = prefix
+        # flow-control signals out: the watermark policy's throttle coordinator, the
+        # spouts upstream that a NAK slows down
+        self._coordinator = None
+        self._nak_to: list = []
         if prefix is not None and ray.get_runtime_context().was_current_actor_reconstructed:
             self.core.inbound.reconstructed = True
             self._rejoin()
@@ -259,7 +311,13 @@ class ExecutorActor:
         transfers = {}
         if len(set(core.task_worker.values())) > 1:
             transfers = {w: ray.get_actor(actor_name(prefix, WORKER, w)) for w in workers}
-        self.connect(handles, transfers)
+        coordinator = None
+        if core.policy.name == "watermark":
+            coordinator = ray.get_actor(coordinator_name(prefix))
+        if core.policy.name == "nak":
+            handles.update({t: ray.get_actor(actor_name(prefix, TASK, t))
+                            for t in core.upstream_spouts})
+        self.connect(handles, transfers, coordinator)
         if self._transfer is not None:
             try:
                 for wire in ray.get(self._transfer.remote_statuses.remote(), timeout=timeout):
@@ -281,7 +339,8 @@ class ExecutorActor:
         self.start()
 
     @ray.method(concurrency_group="control")
-    def connect(self, handles: dict, transfers: dict | None = None) -> None:
+    def connect(self, handles: dict, transfers: dict | None = None,
+                coordinator=None) -> None:
         """Build one sink per destination task: our own queue for ourselves, a direct
         actor call for a task of this worker, the destination worker's transfer actor for a
         task of another worker.
@@ -290,6 +349,8 @@ class ExecutorActor:
             handles: task id → executor handle, for every task.
             transfers: worker index → transfer actor (none for a one-worker topology). This
                 worker's own one receives this task's backpressure reports.
+            coordinator: the topology's throttle coordinator (policy "watermark"), which
+                this task tells when its watermark flag changes.
 
         Raises:
             ValueError: a destination in another worker that has no transfer actor.
@@ -297,6 +358,9 @@ class ExecutorActor:
         core = self.core
         transfers = transfers or {}
         self._transfer = transfers.get(core.worker)
+        self._coordinator = coordinator
+        if core.policy.name == "nak":
+            self._nak_to = [handles[t] for t in core.upstream_spouts if t in handles]
         worker_of = core.task_worker
         sinks = {}
         for t in core.destinations:
@@ -328,7 +392,8 @@ class ExecutorActor:
             freeze_startup_objects()
         threading.Thread(target=self._metrics_timer, daemon=True,
                          name=f"metrics-{core.task_id}").start()
-        if self.core.remote_upstream or self.core.back_sources:
+        if (self.core.remote_upstream or self.core.back_sources
+                or (self.core.policy.watches_fill and not self.core.is_spout)):
             self._bp_thread = threading.Thread(target=self._bp_check_timer, daemon=True,
                                                name=f"bp-check-{self.core.task_id}")
             self._bp_thread.start()
@@ -347,6 +412,12 @@ class ExecutorActor:
         while not core._stop:
             time.sleep(period)
             m = self._metrics.sample()
+            if m.interval_s and m.busy_time_ms_per_second is not None:
+                bound = core.policy.on_interval(m.executed_per_s or 0.0,
+                                                m.busy_time_ms_per_second / 1000.0,
+                                                core.queue.capacity, time.monotonic())
+                if bound is not None:  # (Flink's buffer debloating: the queue's admission)
+                    core.queue.capacity = bound
             if m.backpressure_level != level:
                 level = m.backpressure_level
                 logger.info("%s:%d: backpressure %s (%.0f ms/s held%s)", core.component_id,
@@ -360,14 +431,42 @@ class ExecutorActor:
 
     def _bp_check_timer(self) -> None:
         """Storm's backpressure-check timer, for this task: every
-        ``topology.backpressure.check.millis``, clear the backlog once the overflow drained."""
+        ``topology.backpressure.check.millis``, clear the backlog once the overflow drained,
+        and for a policy that watches the queue's fill, send the signal it asks for (the
+        watermark flag to the coordinator, a NAK to the spouts upstream)."""
         core = self.core
         period = core.conf["topology.backpressure.check.millis"] / 1000.0
+        policy, q = core.policy, core.queue
+        watch = policy.watches_fill and not core.is_spout  # (a spout's queue holds acks)
         while not core._stop and not core.done.is_set():
             time.sleep(period)
             report = core.inbound.check_backpressure()
             if report is not None:
                 self._notify(report)
+            if watch:
+                fill = (q.size() + q.overflow_count()) / q.capacity
+                signal = policy.on_queue_fill(fill, time.monotonic())
+                if signal is not None:
+                    self._send_control(signal)
+
+    def _send_control(self, signal) -> None:
+        """Send a flow-control signal (fire and forget; a dead receiver is its own
+        restart's problem, never this task's)."""
+        try:
+            if signal.kind == "flag" and self._coordinator is not None:
+                self._coordinator.flag.remote(self.core.task_id, bool(signal.value))
+            elif signal.kind == "nak":
+                for h in self._nak_to:
+                    h.flow_control.remote("nak", signal.value)
+        except Exception as e:
+            self.core.errors.report(e, "flow-control signal")
+
+    @ray.method(concurrency_group="control")
+    def flow_control(self, kind: str, value) -> None:
+        """A flow-control signal for this task's policy (``FlowControlPolicy.on_control``):
+        the watermark policy's throttle, a NAK. Wakes the executor thread."""
+        self.core.policy.on_control(kind, value, time.monotonic())
+        self.core.wakeup.set()
 
     def _notify(self, report: tuple) -> None:
         if self._transfer is None:  # one worker: nobody to tell (a back edge's overflow)

@@ -110,6 +110,8 @@ class ExecutorCore:
         self._data_destinations = tuple(topology.downstream_tasks(cid))
         self.back_dests, self.back_sources = links.back_dests, links.back_sources
         self.remote_upstream = links.remote_upstream
+        #: the spout tasks whose streams reach this task (the senders a NAK slows down)
+        self.upstream_spouts = upstream_spout_tasks(topology, cid)
         #: upstream tasks whose end of stream has not arrived (back edges never end)
         self.upstream_open = set(links.upstream - links.back_sources)
         self.task_worker = dict(task_worker)
@@ -134,8 +136,10 @@ class ExecutorCore:
             c["topology.executor.overflow.limit"] or c["topology.executor.receive.buffer.size"],
             bool(topology.acker_tasks), self.policy, self.log_throttle, self.done.is_set,
             lambda: self._stop, self.shedder, self.stream_name)
-        self.collector = self._make_collector(build_routers(topology, cid, task_id,
-                                                            task_worker))
+        self.collector = self._make_collector(build_routers(
+            topology, cid, task_id, task_worker,
+            load_aware=not c["topology.disable.loadaware.messaging"],
+            batch_size=self.outbox.batch_size))
         # counters of this task's own calls (the collector and the ledger count theirs)
         self.executed = 0
         self._acked = 0
@@ -224,11 +228,14 @@ class ExecutorCore:
 
     def connect(self, sinks: dict[int, Sink]) -> None:
         """Give the executor one sink per destination task; must cover ``destinations``.
+        The load-aware shuffles then weigh their targets by ``Outbox.load``.
 
         Raises:
             ValueError: a destination task has no sink.
         """
         self.outbox.connect(sinks, self.destinations)
+        for router in self.collector.routers.values():
+            router.bind_load(self.outbox.load)
 
     def apply_backpressure(self, status: BackPressureStatus) -> list[int]:
         """Apply another worker's status to this task's sends (control thread); returns the
@@ -437,6 +444,22 @@ class ExecutorCore:
         """This task's :class:`actors._stats.TaskStats` (counters, queue, backpressure,
         errors), with the fields of metrics ``interval`` when given. Any thread."""
         return task_stats(self, interval)
+
+
+def upstream_spout_tasks(topology: StormTopology, component_id: str) -> tuple[int, ...]:
+    """The tasks of every spout whose streams reach ``component_id`` through any path of
+    subscriptions (the component itself excluded), sorted."""
+    seen, todo, spouts = {component_id}, [component_id], set()
+    while todo:
+        for g in topology.components[todo.pop()].inputs:
+            if g.source in seen:
+                continue
+            seen.add(g.source)
+            if topology.components[g.source].is_spout:
+                spouts.add(g.source)
+            else:
+                todo.append(g.source)
+    return tuple(sorted(t for c in spouts for t in topology.component_tasks[c]))
 
 
 def make_executor(topology_name: str, topology: StormTopology, conf: dict, task_id: int,

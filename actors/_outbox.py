@@ -41,6 +41,8 @@ class Outbox:
         #: destination task → its inserter (filled by :meth:`connect`, never replaced)
         self.inserters: dict[int, BatchInserter] = {}
         self._inserter_list: list[BatchInserter] = []
+        # destination task → its sink's ``load()``, for sinks that have one (see load)
+        self._sink_loads: dict[int, Callable[[], float]] = {}
         #: Storm's ``pendingEmits``: ``(dest task, message)`` waiting, in emit order
         self.pending_emits: deque = deque()
         self.max_pending_emits = 0
@@ -62,6 +64,27 @@ class Outbox:
                                 self._count_failure, self._stopped)
             self.inserters[t] = ins
             self._inserter_list.append(ins)
+            sink_load = getattr(sinks[t], "load", None)
+            if sink_load is not None:
+                self._sink_loads[t] = sink_load
+
+    def load(self, dest: int) -> float:
+        """How loaded destination task ``dest`` looks from here: the load signal of the
+        load-aware shuffle (``actors._routing.LoadAwareShuffle``, Storm's
+        ``LoadAwareShuffleGrouping``), made of what this task already knows, with no
+        message. 0.0 is idle; 1.0 and above, it takes nothing now (above: for that many
+        seconds more, see ``ActorSink.load``).
+
+        The sink's own ``load()`` if it has one (``ActorSink``: the credits in use, the
+        flow-control policy's refusal, lost frames), else 0.0 (a local queue, a test's
+        function sink); at least 1.0 while ``dest``'s batch is full (its sink refused it,
+        so one more emit there would wait in ``pending_emits``). Non-blocking; executor
+        thread.
+        """
+        sink_load = self._sink_loads.get(dest)
+        load = sink_load() if sink_load is not None else 0.0
+        ins = self.inserters[dest]
+        return max(load, 1.0) if len(ins.batch) >= ins.batch_size else load
 
     def _count_failure(self) -> None:
         self.send_failures += 1

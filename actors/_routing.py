@@ -4,15 +4,19 @@ edges plus the acking system streams), and the Ray actor name each task answers 
 Storm's ``GrouperFactory`` groupings. Fields grouping hashes with a process-independent
 hash (CRC-32 of text, the integer itself for ints) because Python's ``hash(str)`` differs
 between processes, and every emitter task must send a key to the same consumer task.
+Shuffle groupings are load-aware unless ``topology.disable.loadaware.messaging``
+(:class:`LoadAwareShuffle`, Storm's ``LoadAwareShuffleGrouping``).
 
 No Ray here: the submit's plan (``cluster/_plan.py``) reads the links without Ray.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -42,6 +46,143 @@ class _Sub:
     counter: int = 0
 
 
+#: A task's weight at load 0.0 (Storm's ``MAX_WEIGHT``): a weight is ``100 − load %``.
+MAX_WEIGHT = 100
+#: Emits between two refreshes of a load-aware shuffle's weights, at most (fewer when a
+#: batch is smaller, see :class:`LoadAwareShuffle`). A refresh asks every target's load
+#: (an ``ActorSink`` reaps its finished calls for it), so it stays off the per-tuple
+#: path; and a task that stops taking is dropped within that many emits.
+LOAD_REFRESH_EMITS = 64
+#: The longest choice cycle (Storm's ``CAPACITY``): weights whose reduced sum is larger
+#: are scaled down to it.
+_MAX_CYCLE = 1000
+#: Choice cycles kept per shuffle (by weights); the cache is cleared when full.
+_MAX_CACHED = 64
+#: When every target is at weight 0, the targets within this much of the lowest load keep
+#: the stream (Storm's "within 5% of the minimum congestion is still fine"); beyond 1.0 a
+#: load counts the seconds a task has taken nothing, so this is 50 ms.
+FALLBACK_MARGIN = 0.05
+
+
+def _weight(load: float) -> int:
+    """Storm's weight of a task at ``load`` (0.0 idle, 1.0 and above takes nothing):
+    100 − load %, rounded."""
+    if load >= 1.0:
+        return 0
+    return MAX_WEIGHT - int(MAX_WEIGHT * load + 0.5) if load > 0.0 else MAX_WEIGHT
+
+
+def _cycle(tasks: tuple[int, ...], weights: tuple[int, ...]) -> tuple[tuple[int], ...]:
+    """One cycle of choices (each a 1-tuple, as routes return) giving each task its share
+    of ``weights``, interleaved (each task's picks spread evenly over the cycle). Weights
+    are divided by their greatest common divisor, so equal weights give ``tasks`` once
+    each in their order: the plain shuffle's rotation. All zero: the plain rotation."""
+    g = 0
+    for w in weights:
+        g = math.gcd(g, w)
+    if g == 0:
+        return tuple((t,) for t in tasks)
+    counts = [w // g for w in weights]
+    total = sum(counts)
+    if total > _MAX_CYCLE:
+        counts = [max(1, c * _MAX_CYCLE // total) if c else 0 for c in counts]
+    picks = sorted(((k + 0.5) / c, i) for i, c in enumerate(counts) for k in range(c))
+    return tuple((tasks[i],) for _, i in picks)
+
+
+class LoadAwareShuffle:
+    """Storm's ``LoadAwareShuffleGrouping`` for one subscription of several tasks: a
+    shuffle weighted by how loaded each target task looks from the sender, so a backlogged,
+    hung or dead task gets less of the stream, or nothing, while the others take it.
+
+    Weights: ``100 − load %`` per task (Storm's), from ``load(task) -> float`` (0.0: idle;
+    1.0 and above: takes nothing now, for ``load − 1.0`` seconds so far), bound by
+    :meth:`bind` once the sender's sinks exist (``Outbox.load``); until then every task
+    weighs 100. A task at weight 0 gets nothing. When every task is at weight 0, the
+    choice falls back to the plain shuffle over the tasks within :data:`FALLBACK_MARGIN` of
+    the lowest load (all of them at equal load): the emit then waits in its batch or in
+    ``pending_emits`` as with a plain shuffle, never dropped, but for a task that stopped
+    taking last, not for one that is hung or dead while the others are merely full.
+
+    Choices: as in Storm, a precomputed cycle read by a counter, one step per emit
+    (:meth:`StreamRouter.route`; no random draw, no allocation). Each task's weight divided
+    by the weights' greatest common divisor gives its picks per cycle, spread evenly, so
+    equal weights (whatever the load) give exactly the plain shuffle's rotation and its
+    even shares. Cycles are cached by weights.
+
+    Refresh (:meth:`refresh`): every ``period`` emits the weights are read again (Storm:
+    once a second, from the load its workers report to each other; here from what the
+    sender knows, with no message). Nothing else refreshes them, so an idle sender does no
+    work and a sender held by ``pending_emits`` does not spin. ``period`` is at most one
+    batch: a task that reaches its credit limit just after a refresh takes at most
+    ``period`` emits before the next refresh drops it, and its batch has room for them, so
+    none of them fails into ``pending_emits`` (where a hung task would hold the sender).
+
+    Departures from Storm: weights follow the current load at each refresh (Storm 2's ring
+    grows a weight by 1 and cuts it by 10 per one-second refresh, too slow for a load
+    refreshed every few emits), and there are no locality scopes (Storm's
+    ``topology.localityaware.*`` bounds): ``local_or_shuffle`` is the local choice here,
+    and a plain shuffle spreads evenly over workers.
+
+    Args:
+        tasks: the target tasks, in this sender's rotation order.
+        period: emits between refreshes (>= 1).
+        counter: the rotation's starting point (spreads senders over the targets).
+
+    Attributes:
+        weights: the weights in use, one per task of ``tasks``.
+        refreshes: how many times the weights were read.
+    """
+
+    __slots__ = ("kind", "tasks", "period", "counter", "refresh_at", "choices", "weights",
+                 "refreshes", "_load", "_cache", "_even")
+
+    def __init__(self, tasks: tuple[int, ...], period: int, counter: int = 0) -> None:
+        if period < 1:
+            raise ValueError(f"load-aware shuffle: period must be >= 1 emit, got {period}")
+        self.kind = "loadaware"
+        self.tasks = tasks
+        self.period = period
+        self.counter = counter
+        self.refresh_at = counter + period
+        self.weights = self._even = (MAX_WEIGHT,) * len(tasks)
+        self.choices = _cycle(tasks, self.weights)
+        self.refreshes = 0
+        self._load: Callable[[int], float] | None = None
+        self._cache: dict[tuple[int, ...], tuple[tuple[int], ...]] = {
+            self.weights: self.choices}
+
+    def bind(self, load: Callable[[int], float]) -> None:
+        """Take the weights from ``load(task) -> float`` from now on (read at once)."""
+        self._load = load
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read every task's load and switch to the cycle of the new weights."""
+        self.refresh_at = self.counter + self.period
+        load = self._load
+        if load is None:
+            return
+        self.refreshes += 1
+        loads = [load(t) for t in self.tasks]
+        if not any(loads):  # (the usual: nobody lags, even weights)
+            weights = self._even
+        else:
+            weights = tuple([_weight(x) for x in loads])
+            if not any(weights):  # every task takes nothing: those that stopped last keep it
+                low = min(loads) + FALLBACK_MARGIN
+                weights = tuple([MAX_WEIGHT if x <= low else 0 for x in loads])
+        if weights == self.weights:
+            return
+        self.weights = weights
+        cycle = self._cache.get(weights)
+        if cycle is None:
+            if len(self._cache) >= _MAX_CACHED:
+                self._cache.clear()
+            cycle = self._cache[weights] = _cycle(self.tasks, weights)
+        self.choices = cycle
+
+
 class StreamRouter:
     """Routes one (component, stream)'s tuples to the tasks of its subscribers.
 
@@ -55,7 +196,7 @@ class StreamRouter:
                  "fixed")
 
     def __init__(self, component: str, stream: str, index: int, fields: Fields,
-                 subs: list[_Sub], direct_tasks: frozenset[int]) -> None:
+                 subs: list[_Sub | LoadAwareShuffle], direct_tasks: frozenset[int]) -> None:
         self.component = component
         self.stream = stream
         self.index = index
@@ -82,8 +223,15 @@ class StreamRouter:
         return tuple(out)
 
     @staticmethod
-    def _one(s: _Sub, values) -> tuple[int, ...]:
+    def _one(s: _Sub | LoadAwareShuffle, values) -> tuple[int, ...]:
         kind = s.kind
+        if kind == "loadaware":  # one step of the cycle (inline: a call costs more)
+            p = s.counter + 1
+            s.counter = p
+            if p >= s.refresh_at:
+                s.refresh()
+            c = s.choices
+            return c[p % len(c)]
         if kind == "shuffle":
             s.counter += 1
             return (s.tasks[s.counter % len(s.tasks)],)
@@ -96,6 +244,13 @@ class StreamRouter:
                     h = (h * 31 + stable_hash(values[i])) & 0xFFFFFFFFFFFF
             return (s.tasks[h % len(s.tasks)],)
         return s.tasks  # all, global (one task)
+
+    def bind_load(self, load: Callable[[int], float]) -> None:
+        """Give this stream's load-aware shuffles their load signal, ``load(task) -> float``
+        (see :class:`LoadAwareShuffle`); other groupings ignore it."""
+        for s in self._subs:
+            if isinstance(s, LoadAwareShuffle):
+                s.bind(load)
 
     def check_direct(self, task: int) -> None:
         if task not in self.direct_tasks:
@@ -129,18 +284,26 @@ def stream_table(topology: StormTopology) -> list[tuple[str, str, Fields]]:
 
 
 def build_routers(topology: StormTopology, component: str, task: int,
-                  task_worker: dict[int, int]) -> dict[str, StreamRouter]:
+                  task_worker: dict[int, int], load_aware: bool = False,
+                  batch_size: int = 1) -> dict[str, StreamRouter]:
     """Routers for every stream ``component`` declares, as seen from ``task``.
 
     Args:
         task_worker: task id → worker index, for ``local_or_shuffle``.
+        load_aware: shuffle, none and local-or-shuffle groupings into several tasks are
+            :class:`LoadAwareShuffle` (``not topology.disable.loadaware.messaging``); their
+            load signal is bound later (:meth:`StreamRouter.bind_load`).
+        batch_size: the sender's ``topology.producer.batch.size`` (effective): a
+            load-aware shuffle refreshes its weights every ``min(LOAD_REFRESH_EMITS,
+            batch_size)`` emits.
     """
     table = {(c, s): i for i, (c, s, _) in enumerate(stream_table(topology))}
     rng = random.Random(task)
+    period = max(1, min(LOAD_REFRESH_EMITS, batch_size))
     routers: dict[str, StreamRouter] = {}
     spec = topology.components[component]
     for sid, fields in spec.streams.items():
-        subs: list[_Sub] = []
+        subs: list[_Sub | LoadAwareShuffle] = []
         direct: set[int] = set()
         for bolt_id, g in topology.subscribers(component):
             if g.stream != sid:
@@ -154,7 +317,11 @@ def build_routers(topology: StormTopology, component: str, task: int,
                     local = [t for t in tasks if task_worker.get(t) == task_worker.get(task)]
                     tasks = local or tasks
                 rng.shuffle(tasks)
-                subs.append(_Sub("shuffle", tuple(tasks), counter=rng.randrange(len(tasks))))
+                start = rng.randrange(len(tasks))
+                if load_aware and len(tasks) > 1:
+                    subs.append(LoadAwareShuffle(tuple(tasks), period, start))
+                else:
+                    subs.append(_Sub("shuffle", tuple(tasks), counter=start))
             elif g.kind == "fields":
                 idxs = tuple(fields.field_index(f) for f in g.fields)
                 subs.append(_Sub("fields", tuple(tasks), idxs))

@@ -101,7 +101,7 @@ class SpoutExecutor(ExecutorCore):
             if self._want_active is not self.active:
                 self._apply_active()
             if (not self.active or (max_pending is not None and len(trees) >= max_pending)
-                    or (throttles and policy.spout_delay(time.monotonic()) > 0)):
+                    or (throttles and policy.spout_delay(time.monotonic(), col.emitted) > 0)):
                 counter = skips
                 idle = self._idle(idle) if recv <= 1 else 0
                 continue

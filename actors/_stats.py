@@ -96,6 +96,9 @@ class TaskStats:
     left the queue; None unless shedding).
 
     Backpressure (seeds/storm2-backpressure-model.txt): ``backpressure_policy`` (its name),
+    ``policy_state`` (its state: the watermark flag and throttle, the NAK rate limit and last
+    NAK, debloat's in-flight bound and drain time; see backpressure/), ``control_sent`` /
+    ``control_received`` (flow-control signals: watermark flags, throttles, NAKs),
     ``backlogged`` (this task's overflow is in use: other workers hold their sends to it),
     ``pending_emits`` / ``max_pending_emits`` (emits waiting for a full or backlogged
     destination now / the most at once), ``batched`` (tuples in partial outgoing batches),
@@ -163,6 +166,9 @@ class TaskStats:
     shed_by_stream: dict[str, dict[str, int]] = field(default_factory=dict)
     last_sojourn_ms: float | None = None
     backpressure_policy: str = ""
+    policy_state: dict[str, Any] = field(default_factory=dict)
+    control_sent: int = 0
+    control_received: int = 0
     backlogged: bool = False
     pending_emits: int = 0
     max_pending_emits: int = 0
@@ -276,6 +282,8 @@ def task_stats(core: Any, interval: IntervalMetrics | None = None) -> TaskStats:
         queued_bytes=q.population_bytes, queue_capacity_bytes=q.capacity_bytes,
         overflow_bytes=q.overflow_bytes, **_shed_stats(core.shedder),
         backpressure_policy=policy.name, backlogged=bool(policy.backlogged),
+        policy_state=policy.state(), control_sent=policy.control_sent,
+        control_received=policy.control_received,
         pending_emits=len(out.pending_emits), max_pending_emits=out.max_pending_emits,
         batched=out.batched(), send_failures=out.send_failures,
         remote_backlogged=list(policy.backlogged_remote()), remote_refusals=policy.refusals,

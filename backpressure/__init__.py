@@ -6,9 +6,12 @@ seeds/storm2-backpressure-model.txt). Nothing here imports Ray: actors carry out
 these classes decide, and every class is unit-tested without a cluster.
 """
 
+from backpressure._debloat import DebloatPolicy
 from backpressure._jcqueue import BatchInserter, JCQueue, JCQueueMetrics, QueueInterrupted
+from backpressure._nak import NakPolicy
 from backpressure._policy import (
     POLICIES,
+    Control,
     FlowControlPolicy,
     Report,
     Storm2Policy,
@@ -31,9 +34,11 @@ from backpressure._wait import (
     WaitStrategy,
     make_wait_strategy,
 )
+from backpressure._watermark import WatermarkPolicy
 
 __all__ = [
-    "FlowControlPolicy", "POLICIES", "Report", "Storm2Policy", "make_policy",
+    "FlowControlPolicy", "POLICIES", "Report", "Storm2Policy", "make_policy", "Control",
+    "WatermarkPolicy", "NakPolicy", "DebloatPolicy",
     "BackPressureStatus", "BackPressureTracker", "RemoteBackPressure", "WorkerBackPressure",
     "next_status_id", "BatchInserter", "JCQueue", "JCQueueMetrics", "ParkWaitStrategy",
     "ProgressiveWaitStrategy", "QueueInterrupted", "RateTracker", "SITUATIONS",

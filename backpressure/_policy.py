@@ -19,7 +19,16 @@ The hooks, by side:
 * **receiving**: :meth:`~FlowControlPolicy.admit` (take arrivals from another worker, or
   drop them: shedding and byte bounds), :meth:`~FlowControlPolicy.on_remote_arrival`
   (the overflow in use: report a backlog, or a reminder), :meth:`~FlowControlPolicy.on_check`
-  (the backpressure-check timer).
+  (the backpressure-check timer), :meth:`~FlowControlPolicy.on_queue_fill` (the same timer's
+  reading of the queue's fill: a :class:`Control` signal to send, STORM-886's watermark
+  flag or a NAK), :meth:`~FlowControlPolicy.on_interval` (each metrics interval's
+  throughput: the queue's admission bound, Flink's buffer debloating);
+* **control signals** arriving at a spout: :meth:`~FlowControlPolicy.on_control` (the
+  topology-wide throttle flag, a NAK's strength);
+* **observability**: :meth:`~FlowControlPolicy.state` and the control-message counters.
+
+The policies: :class:`Storm2Policy` here, ``WatermarkPolicy`` (backpressure/_watermark.py),
+``NakPolicy`` (backpressure/_nak.py), ``DebloatPolicy`` (backpressure/_debloat.py).
 
 Thread-safety: none. The receiving hooks are called under the executor's inbound lock, the
 sending hooks from the executor thread (:meth:`on_status` from the control thread: a flag
@@ -30,6 +39,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from typing import Any, NamedTuple
 
 from backpressure._tracker import (
     BackPressureStatus,
@@ -37,6 +47,16 @@ from backpressure._tracker import (
     OverflowQueue,
     RemoteBackPressure,
 )
+
+
+class Control(NamedTuple):
+    """A flow-control signal a receiving task sends (:meth:`FlowControlPolicy.on_queue_fill`):
+    ``kind`` ``"flag"`` (STORM-886: ``value`` True while the task is above its high
+    watermark, False once back below the low one; to the topology's throttle coordinator)
+    or ``"nak"`` (``value``: the fill level crossed, 0..1; to the spouts upstream)."""
+
+    kind: str
+    value: float | bool
 
 
 class Report(enum.Enum):
@@ -65,6 +85,9 @@ class FlowControlPolicy:
     name = "none"
     #: True if :meth:`spout_delay` may ever hold a spout (the loop asks only then)
     throttles_spout = False
+    #: True if the task must read its queue's fill on the backpressure-check timer
+    #: (:meth:`on_queue_fill`) even without upstream tasks in other workers
+    watches_fill = False
 
     def __init__(self, task_id: int, queue: OverflowQueue, worker: int = 0,
                  credits: int = 2) -> None:
@@ -73,6 +96,10 @@ class FlowControlPolicy:
         self._credits = credits
         #: sends refused by :meth:`may_send`
         self.refusals = 0
+        #: control signals this task sent (:meth:`on_queue_fill`) / received
+        #: (:meth:`on_control`)
+        self.control_sent = 0
+        self.control_received = 0
 
     # -- sending side -----------------------------------------------------------------
     def may_send(self, dest: int) -> bool:
@@ -95,10 +122,15 @@ class FlowControlPolicy:
         """Batches that may be in flight to ``dest`` (sent, not yet acknowledged)."""
         return self._credits
 
-    def spout_delay(self, now: float) -> float:
-        """Seconds the spout must wait before its next ``next_tuple`` (0: go). Asked only
-        when :attr:`throttles_spout`."""
+    def spout_delay(self, now: float, emitted: int = 0) -> float:
+        """Seconds the spout must wait before its next ``next_tuple`` (0: go); ``emitted``
+        is the spout's cumulative emit count (for a rate limit). Asked only when
+        :attr:`throttles_spout`; never blocks."""
         return 0.0
+
+    def on_control(self, kind: str, value: Any, now: float) -> None:
+        """A control signal for this (spout) task: ``("throttle", bool)`` from the
+        topology's throttle coordinator, ``("nak", level)`` from a task downstream."""
 
     def backlogged_remote(self) -> list[int]:
         """Tasks in other workers this task holds its sends to."""
@@ -119,6 +151,23 @@ class FlowControlPolicy:
     def on_check(self) -> bool:
         """The backpressure-check timer: True if this task's backlog just cleared."""
         return False
+
+    def on_queue_fill(self, fill: float, now: float) -> Control | None:
+        """The backpressure-check timer's reading of this task's receive queue: ``fill``
+        is its population (queue and overflow) over its bound, 0..1 or more. A signal to
+        send, or None. Asked only when :attr:`watches_fill`."""
+        return None
+
+    def on_interval(self, executed_per_s: float, busy_fraction: float, capacity: int,
+                    now: float) -> int | None:
+        """A closed metrics interval: tuples executed per second and the busy share of the
+        interval (0..1). A new admission bound for the receive queue (tuples), or None to
+        keep ``capacity``, the bound now."""
+        return None
+
+    def state(self) -> dict[str, Any]:
+        """The policy's state for stats (JSON-able; empty by default)."""
+        return {}
 
     @property
     def backlogged(self) -> bool:
@@ -205,14 +254,15 @@ class Storm2Policy(FlowControlPolicy):
         return self._tracker.since(self.task_id)
 
 
-#: ``topology.backpressure.policy`` values → policy classes
+#: ``topology.backpressure.policy`` values → policy classes (the other modules of this
+#: package add theirs when imported: backpressure/__init__.py imports them all)
 POLICIES: dict[str, type[FlowControlPolicy]] = {"storm2": Storm2Policy}
 
 
 def make_policy(conf: dict, task_id: int, queue: OverflowQueue,
                 worker: int = 0) -> FlowControlPolicy:
-    """The policy ``conf`` names for ``task_id`` (Storm 2.0's while the config has no
-    ``topology.backpressure.policy`` key).
+    """The policy ``conf`` names for ``task_id`` (``topology.backpressure.policy``, Storm
+    2.0's by default), with its keys from ``conf``.
 
     Raises:
         ValueError: an unknown policy name, listing the known ones.
@@ -223,7 +273,22 @@ def make_policy(conf: dict, task_id: int, queue: OverflowQueue,
         raise ValueError(f"unknown topology.backpressure.policy {name!r}; known: "
                          f"{sorted(POLICIES)}")
     credits = conf.get("topology.transfer.max.inflight.batches", 2)
-    if cls is Storm2Policy:
-        return Storm2Policy(task_id, queue, worker, credits,
-                            conf.get("topology.backpressure.resend.size", 1000))
+    resend = conf.get("topology.backpressure.resend.size", 1000)
+    if name == "storm2":
+        return Storm2Policy(task_id, queue, worker, credits, resend)
+    if name == "watermark":
+        return cls(task_id, queue, worker, credits, resend,
+                   high=conf.get("backpressure.disruptor.high.watermark", 0.9),
+                   low=conf.get("backpressure.disruptor.low.watermark", 0.4))
+    if name == "nak":
+        return cls(task_id, queue, worker, credits, resend,
+                   levels=tuple(conf.get("topology.backpressure.nak.levels",
+                                         (0.5, 0.75, 0.87, 1.0))),
+                   window_s=conf.get("topology.backpressure.nak.window.ms", 50) / 1000.0)
+    if name == "debloat":
+        size = conf.get("topology.executor.receive.buffer.size", 32768)
+        batch = min(conf.get("topology.producer.batch.size", 1000), max(1, size // 2))
+        return cls(task_id, queue, worker, credits, resend,
+                   target_s=conf.get("topology.backpressure.debloat.target.ms", 1000) / 1000,
+                   floor=batch, ceiling=size)
     return cls(task_id, queue, worker, credits)

@@ -250,3 +250,164 @@ def build_live(rate: float, duration_s: float, work_us: float):
     b.set_spout("live", LiveSpout(rate, duration_s))
     b.set_bolt("sink", LatencySink(work_us)).shuffle_grouping("live")
     return b.create_topology()
+
+
+# -- paced components on a shared schedule (benchmarks/flow_control.py) -------------------
+
+
+class StartClock:
+    """Seconds since a run's start, the start being a wall time (``time.time()``) that the
+    driver writes to the file ``path`` once every task is up, so the schedules of all tasks
+    start together however long the submit took (actors start in a few seconds or a dozen
+    on a busy 2-core host). A ``LocalCluster``'s tasks share the driver's file system."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.t0: float | None = None
+        self._next_check = 0.0
+
+    def elapsed(self) -> float | None:
+        """Seconds since the start (negative before it), None while not yet announced (the
+        file is read at most every 20 ms until it is)."""
+        if self.t0 is None:
+            now = time.monotonic()
+            if now < self._next_check:
+                return None
+            self._next_check = now + 0.02
+            try:
+                with open(self.path) as f:
+                    self.t0 = float(f.read())
+            except (OSError, ValueError):
+                return None
+        return time.time() - self.t0
+
+
+def speed_at(schedule: tuple, t: float | None, before: float = 0.0) -> float:
+    """The speed factor of ``schedule`` at ``t`` s since the start.
+
+    ``schedule``: ``((start_s, factor), ...)`` in ascending time; the factor of the last
+    entry at or before ``t``, ``before`` earlier or while the start is unknown (None)."""
+    factor = before
+    if t is None:
+        return factor
+    for start, f in schedule:
+        if start > t:
+            break
+        factor = f
+    return factor
+
+
+class Pacer:
+    """A running schedule of ``rate`` tuples per second. A caller held back (by
+    backpressure, or a slow step) builds no debt to catch up later: the schedule never lags
+    the clock by more than 10 ms (as benchmarks/flink_experiment.py's)."""
+
+    def __init__(self) -> None:
+        self.next_t = time.monotonic()
+
+    def ready(self, rate: float) -> bool:
+        """True (and the slot is taken) if a tuple is due now at ``rate``; never blocks."""
+        now = time.monotonic()
+        if self.next_t < now - 0.01:
+            self.next_t = now - 0.01
+        if rate <= 0 or self.next_t > now:
+            return False
+        self.next_t += 1.0 / rate
+        return True
+
+    def sleep(self, cap_s: float = 0.005) -> None:
+        """Sleep until the next slot, at most ``cap_s`` (so a change of speed shows soon),
+        at least 0.5 ms (no spinning at a zero rate)."""
+        time.sleep(min(max(self.next_t - time.monotonic(), 0.0005), cap_s))
+
+
+class PacedSpout(Spout):
+    """Emits ``(i, emitted_at)`` (``time.time()``) at ``max_rate × speed_at(schedule)``
+    tuples/s from the start announced in ``start_file`` (nothing before it), at most 64 per
+    ``next_tuple``; held by backpressure, it drops the missed slots (a producer that can be
+    slowed, unlike ``LiveSpout``)."""
+
+    outputs = ("i", "emitted_at")
+
+    def __init__(self, max_rate: float, schedule: tuple, start_file: str) -> None:
+        self.max_rate, self.schedule, self.start_file = max_rate, schedule, start_file
+
+    def open(self, conf, context, collector):
+        self.emit = collector.emit
+        self.clock = StartClock(self.start_file)
+        self.pacer = Pacer()
+        self.i = 0
+
+    def next_tuple(self):
+        rate = self.max_rate * speed_at(self.schedule, self.clock.elapsed())
+        if rate <= 0:
+            time.sleep(0.001)
+            return
+        for _ in range(64):
+            if not self.pacer.ready(rate):
+                self.pacer.sleep()
+                return
+            self.emit((self.i, time.time()))
+            self.i += 1
+
+
+class PacedLatencySink(CollectorBolt):
+    """A consumer whose speed is imposed: at most ``max_rate × speed_at(schedule)`` tuples/s
+    (sleeping when ahead; full speed before the start), with ``schedules`` mapping a task
+    index to its own schedule (others: ``schedule``). Keeps, per tuple, when it ran (wall s)
+    and how long after its spout's emit (``emitted_at``, s), in flat arrays as
+    ``LatencySink`` does; ``received`` gives them as ``CollectorBolt`` items, value
+    ``[wall_t, latency_s]``."""
+
+    def __init__(self, max_rate: float, schedule: tuple, start_file: str,
+                 schedules: dict[int, tuple] | None = None) -> None:
+        super().__init__(max_tuples=10_000_000)
+        self.max_rate, self.schedule, self.start_file = max_rate, schedule, start_file
+        self.schedules = dict(schedules or {})
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        from array import array
+
+        self.my_schedule = self.schedules.get(context.task_index, self.schedule)
+        self.clock = StartClock(self.start_file)
+        self.pacer = Pacer()
+        self._at, self._lat = array("d"), array("d")
+
+    @property
+    def received(self) -> list:
+        # (strict=False: a read while execute appends may see one array a value ahead)
+        pairs = zip(self._at, self._lat, strict=False)
+        return [(self._task, "", 0, "", [t, lat]) for t, lat in pairs]
+
+    @received.setter
+    def received(self, _value) -> None:  # (CollectorBolt's prepare resets it)
+        pass
+
+    def execute(self, tup):
+        now = time.time()
+        self._at.append(now)
+        self._lat.append(now - tup.values[1])
+        sched, clock = self.my_schedule, self.clock
+        while not self.pacer.ready(self.max_rate * speed_at(sched, clock.elapsed(), 1.0)):
+            self.pacer.sleep()
+
+
+def build_paced(max_rate: float, producer: tuple, consumer: tuple, start_file: str,
+                parallelism: int = 1, grouping: str = "shuffle",
+                consumer_max_rate: float | None = None,
+                task_schedules: dict[int, tuple] | None = None):
+    """producer (``PacedSpout``) → sink (``PacedLatencySink``, ``parallelism`` tasks),
+    ``grouping`` "shuffle" or "all". ``producer`` / ``consumer``: ``speed_at`` schedules
+    from the start announced in ``start_file`` (see ``StartClock``); the sink's full speed
+    is ``consumer_max_rate`` (default ``max_rate``) per task."""
+    b = TopologyBuilder()
+    b.set_spout("producer", PacedSpout(max_rate, producer, start_file))
+    sink = PacedLatencySink(consumer_max_rate or max_rate, consumer, start_file,
+                            task_schedules)
+    d = b.set_bolt("sink", sink, parallelism_hint=parallelism)
+    if grouping == "all":
+        d.all_grouping("producer")
+    else:
+        d.shuffle_grouping("producer")
+    return b.create_topology()

@@ -59,7 +59,13 @@ def _list(args) -> int:
 
 def _stats(args) -> int:
     from cluster._handle import attach
-    from cluster._stats import dead_letter_lines, fmt, shed_lines, window_lines
+    from cluster._stats import (
+        dead_letter_lines,
+        flow_control_lines,
+        fmt,
+        shed_lines,
+        window_lines,
+    )
 
     s = attach(args.name).stats()
     print(f"topology {args.name}: {len(s.tasks)} tasks, "
@@ -70,7 +76,7 @@ def _stats(args) -> int:
         print(f"{r['component']:<16}{r['tasks']:>6}{fmt(r['rate_per_s'], ',.0f'):>10}"
               f"{fmt(r['capacity'], '.2f'):>10}{fmt(r['busy'], '.0%'):>7}"
               f"{fmt(r['backpressured'], '.0%'):>6}  {r['level']}")
-    for line in window_lines(s) + dead_letter_lines(s) + shed_lines(s):
+    for line in window_lines(s) + dead_letter_lines(s) + shed_lines(s) + flow_control_lines(s):
         print(line)
     for t in s.stalled_tasks():
         print(f"STALLED {t.component}:{t.task} for {t.stalled_seconds:.0f} s")

@@ -196,7 +196,8 @@ class TopologyStats:
                          f"{sum(t.backpressure_wait_ms for t in ts):>12.1f}{r['errors']:>8}"
                          f"  {fmt(r['busy'], '.0%'):>5} {fmt(r['backpressured'], '.0%'):>5}"
                          f"  {r['level']}")
-        lines += window_lines(self) + dead_letter_lines(self) + shed_lines(self)
+        lines += (window_lines(self) + dead_letter_lines(self) + shed_lines(self)
+                  + flow_control_lines(self))
         for t in self.stalled_tasks():
             lines.append(f"STALLED {t.component}:{t.task} for {t.stalled_seconds:.0f} s "
                          f"({t.queue_population + t.overflow} queued, {t.pending_emits} "
@@ -247,6 +248,24 @@ def shed_lines(stats: TopologyStats) -> list[str]:
     return out
 
 
+def flow_control_lines(stats: TopologyStats) -> list[str]:
+    """The flow-control policy and, for a policy other than Storm 2.0's, each task's state
+    and the control signals sent and received per second of uptime (the summary, the CLI
+    and the notebook view)."""
+    policies = sorted({t.backpressure_policy for t in stats.tasks if t.backpressure_policy})
+    if not policies or policies == ["storm2"]:
+        return []
+    out = [f"flow control: {', '.join(policies)}"]
+    for t in stats.tasks:
+        if not (t.policy_state or t.control_sent or t.control_received):
+            continue
+        up = max(t.uptime_s, 1e-9)
+        state = " ".join(f"{k}={v}" for k, v in t.policy_state.items())
+        out.append(f"  {t.component}:{t.task} {state} signals out "
+                   f"{t.control_sent / up:.1f}/s in {t.control_received / up:.1f}/s")
+    return out
+
+
 def fmt(value: float | None, spec: str) -> str:
     """``value`` formatted by ``spec``, or ``-`` when unknown (None: no metrics interval
     closed yet)."""
@@ -286,7 +305,7 @@ def stats_html(stats: TopologyStats, progress: dict[str, tuple[int, int | None]]
                       f"{t.stalled_seconds:.0f} s</li>" for t in stats.stalled_tasks())
     stalled += "".join(f"<li>{escape(line)}</li>"
                        for line in window_lines(stats) + dead_letter_lines(stats)
-                       + shed_lines(stats))
+                       + shed_lines(stats) + flow_control_lines(stats))
     return (f"<div><b>topology {escape(stats.name)}</b>: {len(stats.tasks)} tasks, {state}"
             f"<table><thead><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>"

@@ -13,7 +13,7 @@ import ray
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from actors import ExecutorActor, TransferActor
+from actors import ExecutorActor, ThrottleCoordinator, TransferActor, coordinator_name
 from actors._routing import TASK, WORKER, actor_name, submit_prefix
 from actors._store import store_topology
 from cluster._handle import TopologyHandle, placement_group_name
@@ -108,15 +108,27 @@ def launch(p: TopologyPlan, name: str, ready_timeout: float = 120,
                 scheduling_strategy=strategy, name=actor_name(prefix, WORKER, w.index),
                 **options,
             ).remote(name, w.index, conf, task_worker, prefix, dests[w.index])
+    coordinator = None
+    if conf["topology.backpressure.policy"] == "watermark":
+        # STORM-886's throttle (actors/_coordinator.py), in the first worker's bundle, so
+        # removing the placement group removes it with the topology
+        coordinator = ThrottleCoordinator.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=pg, placement_group_bundle_index=0),
+            name=coordinator_name(prefix), lifetime=lifetime,
+            max_restarts=conf["topology.executor.max.restarts"]).remote(name)
     handle = TopologyHandle(name, topology, conf, actors, [pg], task_worker, transfers,
                             prefix=prefix, detached=detached, topology_ref=topo_ref)
     try:
+        if coordinator is not None:
+            ray.get(coordinator.connect.remote(
+                {t: actors[t] for t in topology.spout_tasks if t in actors}))
         if transfers:
             ray.get([transfers[w.index].connect.remote(
                 {t: actors[t] for t in w.tasks}, dests[w.index],
                 {v: h for v, h in transfers.items() if v != w.index})
                 for w in p.workers])
-        ray.get([a.connect.remote(actors, transfers) for a in actors.values()])
+        ray.get([a.connect.remote(actors, transfers, coordinator) for a in actors.values()])
         ray.get([a.start.remote() for a in actors.values()])
     except Exception:
         handle.kill()

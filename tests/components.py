@@ -606,3 +606,29 @@ class RetryingSpout(Spout):
         else:
             del self.pending[msg_id]
             self.dead.append(msg_id)
+
+
+class PhasedBolt(Bolt):
+    """Re-emits its input, sleeping per tuple by phase: ``phases`` is a list of
+    ``(tuples, delay_s)``; after the last phase it runs without delay (a consumer that
+    slows down and speeds up again)."""
+
+    outputs = ("seq", "key")
+
+    def __init__(self, phases: list) -> None:
+        self.phases = list(phases)
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.n = 0
+
+    def execute(self, tup):
+        i = self.n
+        for count, delay in self.phases:
+            if i < count:
+                if delay:
+                    time.sleep(delay)
+                break
+            i -= count
+        self.n += 1
+        self.collector.emit(tup.values)

@@ -75,6 +75,29 @@ _KEYS: list[ConfigKey] = [
               "counted, as at topology.executor.overflow.limit). null: unbounded, as the "
               "count limit's 0 (the overflow only holds the halt-lag's arrivals).",
               nullable=True, above=0),
+    ConfigKey("topology.backpressure.policy", (str,), "storm2",
+              "The flow-control design (backpressure/, docs/flow-control.md): \"storm2\" "
+              "(Storm 2.0's per-task backpressure status), \"watermark\" (STORM-886: every "
+              "spout stops while any queue is above its high watermark), \"nak\" (receivers "
+              "send NAKs only when overloaded; spouts adapt a send-rate limit) or \"debloat\" "
+              "(Flink's buffer debloating: each queue's bound sized to a drain time).",
+              choices=("storm2", "watermark", "nak", "debloat")),
+    ConfigKey("backpressure.disruptor.high.watermark", (int, float), 0.9,
+              "Storm 1.x's key and default (policy \"watermark\"): the queue fill at which a "
+              "task raises the topology-wide throttle.", above=0),
+    ConfigKey("backpressure.disruptor.low.watermark", (int, float), 0.4,
+              "Storm 1.x's key and default (policy \"watermark\"): the fill at which a raised "
+              "flag is lowered; must be below the high watermark.", above=0),
+    ConfigKey("topology.backpressure.nak.levels", (list, tuple), [0.5, 0.75, 0.87, 1.0],
+              "The NAK seed's fill levels (policy \"nak\"): crossing one sends a NAK of that "
+              "strength to the spouts upstream."),
+    ConfigKey("topology.backpressure.nak.window.ms", (int, float), 50,
+              "The NAK seed's window (policy \"nak\"): a spout reacts to the strongest NAK "
+              "within it, and raises its rate limit one step per quiet window.", above=0),
+    ConfigKey("topology.backpressure.debloat.target.ms", (int, float), 1000,
+              "Flink's default buffer-debloat target (policy \"debloat\"): each receive "
+              "queue admits what its task drains in this time, measured while busy.",
+              above=0),
     ConfigKey("topology.backpressure.overload", (str,), "block",
               "What a bolt does when its input is faster than it: \"block\" (Storm 2.0's "
               "backpressure: senders wait, nothing is lost) or \"shed\" (latency-first: a "
@@ -117,6 +140,17 @@ _KEYS: list[ConfigKey] = [
               "hundred tuples and took most of the time of decoding a batch (figures in "
               "docs/benchmarks.md). Objects alive after open/prepare are also frozen out of the "
               "collector's scans. 0 keeps Python's default.", minimum=0),
+    ConfigKey("topology.disable.loadaware.messaging", (bool,), False,
+              "Storm's key and default (load-aware on): a shuffle, none or local-or-shuffle "
+              "grouping into several tasks weighs each by 100 - load % (Storm's "
+              "LoadAwareShuffleGrouping), the load being what the sender knows, with no "
+              "message: its credits in use to the task, whether the flow-control policy "
+              "refuses it, frames to it lost in the last second; read again every 64 emits "
+              "(every batch if smaller). A backlogged, hung or dead task gets nothing while "
+              "the others take the stream; while nothing lags, the shares stay the plain "
+              "shuffle's. True: the plain shuffle, where a hung task holds its senders in "
+              "pendingEmits and a dead one keeps getting its share (lost without acking). "
+              "Per topology or per sending component."),
     ConfigKey("topology.worker.placement", (str,), "pack",
               "Ours (Storm leaves this to its scheduler): the topology's placement group "
               "has one bundle (one node) per worker; 'pack' is Ray's PACK strategy (as few "
@@ -302,6 +336,15 @@ def make_config(conf: dict[str, Any] | None = None) -> dict[str, Any]:
             continue
         _check(key, value)
         merged[name] = value
+    if not (merged["backpressure.disruptor.low.watermark"]
+            < merged["backpressure.disruptor.high.watermark"] <= 1):
+        raise ConfigError("config 'backpressure.disruptor.low.watermark' must be below "
+                          "'backpressure.disruptor.high.watermark', which must be <= 1")
+    levels = merged["topology.backpressure.nak.levels"]
+    if (not levels or list(levels) != sorted(levels)
+            or not all(isinstance(x, (int, float)) and 0 < x <= 1 for x in levels)):
+        raise ConfigError(f"config 'topology.backpressure.nak.levels' must be ascending "
+                          f"fractions in (0, 1], got {levels!r}")
     if merged["topology.transfer.batch.size"] * 2 > merged["topology.transfer.buffer.size"]:
         raise ConfigError("config 'topology.transfer.batch.size' must be at most half of "
                           "'topology.transfer.buffer.size' "
