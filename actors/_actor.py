@@ -318,6 +318,8 @@ class ExecutorActor:
             handles.update({t: ray.get_actor(actor_name(prefix, TASK, t))
                             for t in core.upstream_spouts})
         self.connect(handles, transfers, coordinator)
+        if coordinator is not None:  # our flag died with us; a spout learns the throttle
+            coordinator.rejoin.remote(core.task_id)
         if self._transfer is not None:
             try:
                 for wire in ray.get(self._transfer.remote_statuses.remote(), timeout=timeout):

@@ -49,6 +49,21 @@ class ThrottleCoordinator:
     def flag(self, task: int, on: bool) -> None:
         """Task ``task`` is above its high watermark (``on``) or back below its low one."""
         self.flags += 1
+        self._set(task, on)
+
+    def rejoin(self, task: int) -> None:
+        """Task ``task`` restarted (Ray restarted its actor): its queue, and so its flag,
+        started empty, and a restarted spout task knows nothing of the throttle. The task's
+        flag is cleared (pushing the release if it was the last), and a spout task is told
+        the current state, so neither a dead flag nor a lost push throttles or frees the
+        spouts for ever (Storm 1.x's ephemeral ZooKeeper nodes died with their worker)."""
+        self._set(task, False)
+        h = self._spouts.get(task)
+        if h is not None:
+            h.flow_control.remote("throttle", (self._seq, bool(self._flagged)))
+            self.pushes += 1
+
+    def _set(self, task: int, on: bool) -> None:
         was = bool(self._flagged)
         if on:
             self._flagged.add(task)

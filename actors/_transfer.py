@@ -64,6 +64,10 @@ _LOG_EVERY_S = 10.0
 #: A transfer actor's acknowledgement for a frame whose receiver died before taking it.
 FRAME_LOST = "lost"
 
+#: Seconds a restarted transfer actor waits for its executors' backpressure reports (all
+#: asked at once); one that is restarting too reports when it rejoins.
+REPORT_WAIT_S = 5.0
+
 
 @ray.remote(concurrency_groups={"deliver": 8, "status": 1, "control": 1})
 class TransferActor:
@@ -112,7 +116,7 @@ class TransferActor:
         if prefix is not None and ray.get_runtime_context().was_current_actor_reconstructed:
             self._rejoin(prefix, destinations or {})
 
-    def _rejoin(self, prefix: str, destinations: dict, timeout: float = 60.0) -> None:
+    def _rejoin(self, prefix: str, destinations: dict) -> None:
         """Wire this restarted instance again (see the module docstring)."""
         logger.warning("worker %d: transfer actor restarted by Ray; rejoining",
                        self.worker_id)
@@ -121,12 +125,20 @@ class TransferActor:
         peers = {w: ray.get_actor(actor_name(prefix, WORKER, w))
                  for w in set(self.task_worker.values()) if w != self.worker_id}
         self.connect(executors, destinations, peers)
-        for t in mine:
+        # All asked at once, waited for together and briefly: an executor restarting with
+        # us waits for our remote_statuses in its own rejoin, which we answer only once
+        # this constructor returns; it reports when it rejoins, so we need not wait for it.
+        refs = {executors[t].backpressure_report.remote(): t for t in mine}
+        ready = (ray.wait(list(refs), num_returns=len(refs), timeout=REPORT_WAIT_S)[0]
+                 if refs else [])
+        for ref in ready:
             try:
-                self.local.update(*ray.get(executors[t].backpressure_report.remote(),
-                                           timeout=timeout)[:4])
+                self.local.update(*ray.get(ref)[:4])
             except Exception as e:  # restarting too: it reports when it rejoins
-                self._log("rejoin", "no backpressure report from task %d: %s", t, e)
+                self._log("rejoin", "no backpressure report from task %d: %s", refs[ref], e)
+        for t in sorted(refs[r] for r in set(refs) - set(ready)):
+            self._log("rejoin", "no backpressure report from task %d within %.0f s (it "
+                      "reports when it rejoins)", t, REPORT_WAIT_S)
         wire = encode_status(self.local.status().to_wire())
         for h in list(self._peers.values()):
             self._send_status_to(h, wire)

@@ -367,7 +367,8 @@ class LedgerSpout(Spout):
 
     With ``gated``, an id is emitted only below the number in ``<directory>/gate`` (read
     again at most every 20 ms while the next id waits): the test paces the run by its own
-    progress instead of the machine's speed."""
+    progress instead of the machine's speed. A failed id is emitted again before any new
+    one."""
 
     outputs = ("id", "key")
 
@@ -416,8 +417,9 @@ class LedgerSpout(Spout):
             os.write(self.fd, b"%d\n" % msg_id)
 
     def fail(self, msg_id):
+        # replays go first: an id below the gate must never wait behind one above it
         if msg_id not in self.acked:
-            self.todo.append(msg_id)
+            self.todo.appendleft(msg_id)
 
     def close(self):
         import os

@@ -95,6 +95,42 @@ def test_watermark_holds_every_spout_while_any_task_is_flagged(cluster, name):
     assert free.control_received >= 2
 
 
+def test_watermark_releases_the_spouts_when_a_flagged_task_restarts(cluster, name):
+    """A flagged task is killed (SIGKILL) while it holds every spout: its restarted
+    instance starts with an empty queue and no flag, so the coordinator drops the dead
+    flag and releases the spouts (the throttle would otherwise stay on for ever: the held
+    spouts send nothing that could raise and lower the flag again)."""
+    import os
+    import signal
+
+    import ray
+
+    b = TopologyBuilder()
+    b.set_spout("busy", SeqSpout(3000))
+    b.set_bolt("slow", PassBolt(delay_s=0.005)).shuffle_grouping("busy")
+    b.set_spout("free", SeqSpout(200_000))
+    b.set_bolt("fast", CollectorBolt(max_tuples=10**6)).shuffle_grouping("free")
+    conf = {"topology.acker.executors": 0, "topology.backpressure.policy": "watermark",
+            "topology.executor.receive.buffer.size": 200, "topology.producer.batch.size": 10}
+    handle = cluster.submit_topology(name, conf, b.create_topology())
+    try:
+        def throttled():
+            s = handle.stats()
+            return (s.component("free")[0].policy_state.get("throttled")
+                    and s.component("slow")[0].policy_state.get("flagged"))
+
+        until(throttled, 30, "the spouts throttled while slow is flagged", 0.02)
+        slow = handle.actors[handle.topology.component_tasks["slow"][0]]
+        os.kill(ray.get(slow.pid.remote(), timeout=30), signal.SIGKILL)
+        assert handle.wait(120), handle.stats().summary()
+        final = handle.stats()
+    finally:
+        cluster.kill_topology(name)
+    assert final.component("slow")[0].restarted
+    free = final.component("free")[0]
+    assert free.emitted == 200_000 and not free.policy_state["throttled"]
+
+
 def test_nak_cuts_the_spout_rate_under_overload_raises_it_after_and_is_silent_when_idle(
         cluster, name):
     """A consumer slow for its first 1,500 tuples, then fast: the consumer sends NAKs
