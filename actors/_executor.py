@@ -31,8 +31,8 @@ import random
 import threading
 import time
 
+from actors._acker import AckerLedger
 from actors._acking import (
-    AckerLedger,
     BoltLedger,
     SpoutLedger,
     SystemStream,

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from actors._acker import AckerLedger
 from actors._acking import (
     ACK_ACK,
     ACK_BATCH_VALUES,
@@ -25,7 +26,6 @@ from actors._acking import (
     OVERFLOW_REASON,
     TIMEOUT_REASON,
     XOR,
-    AckerLedger,
     BoltLedger,
     SpoutLedger,
     SystemStream,
