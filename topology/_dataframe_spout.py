@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from topology._arrow_rows import arrow_rows
 from topology._components import Spout
 from topology._dead_letters import RetryService
 from topology._errors import TopologyError
@@ -22,7 +23,8 @@ class DataFrameSpout(Spout):
     rows one per ``next_tuple`` call, then ends the stream.
 
     Value types after the trip: Spark timestamps become ``datetime.datetime``, dates
-    ``datetime.date``, decimals ``decimal.Decimal``, nulls ``None`` (Arrow's ``to_pylist``).
+    ``datetime.date``, decimals ``decimal.Decimal``, nulls ``None`` (Arrow's ``to_pylist``;
+    a UTC timestamp's zone is ``datetime.timezone.utc``, see topology/_arrow_rows.py).
 
     Args:
         df: a DataFrame of a Spark session started by RayDP (``cluster.start_spark``).
@@ -102,8 +104,7 @@ class DataFrameSpout(Spout):
                     self._rows = ((b,) for b in table.select(list(self.columns)).to_batches(
                         max_chunksize=self._batch_rows) if b.num_rows)
                 else:
-                    cols = [table.column(name).to_pylist() for name in self.columns]
-                    self._rows = zip(*cols, strict=True)
+                    self._rows = arrow_rows(table, self.columns)
                 return True
         return False
 
