@@ -3,7 +3,8 @@
     storm-on-ray submit examples/wordcount.py [args...]   # ray job submit, working dir .
     storm-on-ray list
     storm-on-ray stats NAME
-    storm-on-ray deactivate NAME | activate NAME | kill NAME
+    storm-on-ray deactivate NAME | activate NAME
+    storm-on-ray kill NAME [--wait SECS] [--drain]
 
 ``--address`` names the cluster: a GCS address (``host:6379``) or ``auto`` for ``list``,
 ``stats``, ``activate``, ``deactivate`` and ``kill``; the dashboard's job address
@@ -82,7 +83,14 @@ def _control(args) -> int:
 
     handle = attach(args.name)
     if args.command == "kill":
-        handle.kill()
+        if args.drain:
+            done = handle.drain(args.wait)
+            if not done:
+                print(f"drain: {args.name} did not complete within {args.wait} s; "
+                      f"killing it", file=sys.stderr)
+            handle.kill()
+        else:
+            handle.kill(wait_secs=args.wait or 0)
     elif args.command == "activate":
         handle.activate()
     else:
@@ -112,7 +120,14 @@ def main(argv: list[str] | None = None) -> int:
                       ("activate", "spouts emit again"),
                       ("deactivate", "spouts stop emitting"),
                       ("kill", "stop a topology and free its actors")):
-        sub.add_parser(cmd, help=what).add_argument("name")
+        p = sub.add_parser(cmd, help=what)
+        p.add_argument("name")
+    p.add_argument("--wait", "-w", type=float, default=None, metavar="SECS",
+                   help="deactivate the spouts, wait SECS, then kill (Storm's kill -w); "
+                        "with --drain, the most to wait for the drain")
+    p.add_argument("--drain", action="store_true",
+                   help="drain first: spouts take no new input and end their streams, "
+                        "windows fire, the topology completes; then kill")
     args = ap.parse_args(argv)
     if args.command == "submit":
         return _submit(args)
