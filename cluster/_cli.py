@@ -73,6 +73,9 @@ def _stats(args) -> int:
               f"{fmt(r['backpressured'], '.0%'):>6}  {r['level']}")
     for line in window_lines(s) + dead_letter_lines(s) + shed_lines(s):
         print(line)
+    for e in s.errors:
+        print(f"ERROR {e['component']}:{e['task']} {e['error_type']}: {e['message']} "
+              f"(x{e['count']})")
     for t in s.stalled_tasks():
         print(f"STALLED {t.component}:{t.task} for {t.stalled_seconds:.0f} s")
     return 0
@@ -108,7 +111,8 @@ def _submit(args) -> int:
     return subprocess.call(cmd)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser (no cluster needed)."""
     ap = argparse.ArgumentParser(prog="storm-on-ray", description=__doc__.splitlines()[0])
     ap.add_argument("--address", help="Ray cluster address (see the module help)")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -122,13 +126,18 @@ def main(argv: list[str] | None = None) -> int:
                       ("kill", "stop a topology and free its actors")):
         p = sub.add_parser(cmd, help=what)
         p.add_argument("name")
-    p.add_argument("--wait", "-w", type=float, default=None, metavar="SECS",
-                   help="deactivate the spouts, wait SECS, then kill (Storm's kill -w); "
-                        "with --drain, the most to wait for the drain")
-    p.add_argument("--drain", action="store_true",
-                   help="drain first: spouts take no new input and end their streams, "
-                        "windows fire, the topology completes; then kill")
-    args = ap.parse_args(argv)
+        if cmd == "kill":
+            p.add_argument("--wait", "-w", type=float, default=None, metavar="SECS",
+                           help="deactivate the spouts, wait SECS, then kill (Storm's "
+                                "kill -w); with --drain, the most to wait for the drain")
+            p.add_argument("--drain", action="store_true",
+                           help="drain first: spouts take no new input and end their "
+                                "streams, windows fire, the topology completes; then kill")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.command == "submit":
         return _submit(args)
     _connect(args.address)

@@ -66,6 +66,7 @@ class HandoffCore:
         batches_in / rows_in: micro-batches and rows that entered.
         batches_done: micro-batches complete (acked, or entered without acking).
         blocks_taken: blocks handed to spout tasks.
+        put_waits: puts that found no room and waited (Spark's trigger held).
     """
 
     def __init__(self, max_batches: int, max_rows: int, wait_for_acks: bool) -> None:
@@ -86,6 +87,7 @@ class HandoffCore:
         self.rows_in = 0
         self.batches_done = 0
         self.blocks_taken = 0
+        self.put_waits = 0
 
     @property
     def held_batches(self) -> int:
@@ -209,5 +211,5 @@ class HandoffCore:
                 "max_held_batches": self.max_held_batches, "max_rows": self.max_rows,
                 "max_batches": self.max_batches, "batches_in": self.batches_in,
                 "rows_in": self.rows_in, "batches_done": self.batches_done,
-                "blocks_taken": self.blocks_taken,
+                "blocks_taken": self.blocks_taken, "put_waits": self.put_waits,
                 "unacked_batches": sorted(self._open)}

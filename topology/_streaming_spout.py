@@ -38,6 +38,8 @@ class _Handoff:
         core = self.core
         rows = sum(r for _, r in blocks)
         async with self.cond:
+            if not core.can_enter(rows) and core.put_answer() is None:
+                core.put_waits += 1
             await self.cond.wait_for(
                 lambda: core.can_enter(rows) or core.put_answer() is not None)
             if not core.can_enter(rows):
@@ -293,7 +295,7 @@ class StreamingDataFrameSpout(Spout):
         try:
             self.query.awaitTermination()
         except Exception as e:
-            msg = f"{type(e).__name__}: {e}"[:4000]
+            msg = query_error(e)
             try:
                 if ray.get(self.handoff.fail.remote(msg), timeout=30):
                     logger.error("Spark streaming query failed: %s", msg)
@@ -480,6 +482,18 @@ class StreamingDataFrameSpout(Spout):
             ray.get(self.handoff.close.remote(), timeout=10)
         except Exception as e:  # the driver (and the hand-off) are gone
             logger.warning("StreamingDataFrameSpout: closing the hand-off: %s", e)
+
+
+def query_error(e: BaseException, limit: int = 400) -> str:
+    """A failed query's error, short enough for stats: Spark's message without the JVM
+    and Python stack frames, the innermost cause last, at most ``limit`` characters from
+    its end (the cause is what says what happened)."""
+    text = str(getattr(e, "desc", None) or e)
+    keep = [ln.strip() for ln in text.splitlines()
+            if ln.strip() and not ln.strip().startswith(("at ", "File ", "...", "^", "~"))
+            and not ln.startswith(" ")]
+    msg = " | ".join(dict.fromkeys(keep)) or type(e).__name__
+    return msg if len(msg) <= limit else "..." + msg[-limit:]
 
 
 def _check_session(df, spark) -> None:
