@@ -71,8 +71,7 @@ def source_problems(sources: list[StreamSource]) -> tuple[list[str], list[str]]:
         kind = "file" if s.file or name in FILE_FORMATS else name
         if kind in BOUNDING_OPTIONS:
             option, todo = BOUNDING_OPTIONS[kind]
-            if option.lower() not in opts and not (kind == "file"
-                                                   and "maxbytespertrigger" in opts):
+            if option.lower() not in opts:
                 unbounded.append(f"the {s.name!r} source has no {option}, so a micro-batch "
                                  f"after a hold reads the whole backlog; {todo}")
             continue

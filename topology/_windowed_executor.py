@@ -45,7 +45,6 @@ from topology._windows import (
     extract_timestamp,
 )
 
-
 #: the config key of the ack-on-entry rule
 ACK_ON_ENTRY = "topology.bolts.window.ack.on.entry"
 
