@@ -29,11 +29,11 @@ def test_handoff_bounds_micro_batches_and_rows():
     assert h.can_enter(40)
     h.enter(1, [("c", 40)])
     assert not h.can_enter(1)  # two micro-batches wait: full in micro-batches
-    assert h.take() == ("block", 0, "a", 30) and h.held_rows == 70
+    assert h.take() == ("block", 0, 0, "a", 30) and h.held_rows == 70
     assert h.can_enter(30) is False  # still two micro-batches with untaken blocks
-    assert h.take() == ("block", 0, "b", 30)
+    assert h.take() == ("block", 0, 1, "b", 30)
     assert h.held_batches == 1 and h.can_enter(60) and not h.can_enter(61)
-    assert h.take() == ("block", 1, "c", 40)
+    assert h.take() == ("block", 1, 0, "c", 40)
     assert h.take() == ("idle",)
     assert h.max_held_rows == 100 and h.max_held_batches == 2
 
@@ -47,19 +47,42 @@ def test_a_micro_batch_larger_than_the_row_bound_enters_an_empty_handoff_alone()
     assert h.can_enter(50)
 
 
-def test_with_acks_a_put_completes_once_every_row_is_acked():
+def test_with_acks_a_put_completes_once_every_block_is_done():
     h = HandoffCore(max_batches=2, max_rows=100, wait_for_acks=True)
-    h.enter(7, [("a", 3), ("b", 2)])
+    h.enter(7, [("a", 3), ("empty", 0), ("b", 2)])
     assert h.put_done(7) is None
-    h.take()
-    h.acked(7, 3)
+    assert h.take()[:3] == ("block", 7, 0)
+    h.acked(7, 0)
     assert h.put_done(7) is None  # block b not even taken
-    h.take()
-    h.acked(7, 1)
+    assert h.take()[:3] == ("block", 7, 2)  # the empty block is never handed out
     assert h.put_done(7) is None
-    h.acked(7, 1)
+    h.acked(7, 2)
     assert h.put_done(7) == "ok" and h.batches_done == 1
-    h.acked(99, 5)  # an unknown (earlier attempt's) batch: ignored
+    h.acked(99, 0)  # an unknown (earlier attempt's) batch: ignored
+
+
+def test_blocks_of_a_restarted_spout_task_go_back_to_the_front():
+    h = HandoffCore(max_batches=2, max_rows=100, wait_for_acks=True)
+    h.enter(0, [("a", 3), ("b", 3), ("c", 3)])
+    assert h.take(task=1)[3] == "a"
+    assert h.take(task=2)[3] == "b"
+    h.acked(0, 1)  # task 2 finished b
+    assert h.reopened(2) == 0
+    assert h.reopened(1) == 1  # task 1 died holding a
+    assert h.held_rows == 6 and h.stats()["leased_blocks"] == 0
+    assert h.take(task=1)[3] == "a"  # again, before c
+    assert h.take(task=2)[3] == "c"
+    h.acked(0, 0)
+    assert h.put_done(0) is None
+    h.acked(0, 2)
+    assert h.put_done(0) == "ok"
+
+
+def test_without_acks_nothing_is_leased():
+    h = HandoffCore(1, 100, wait_for_acks=False)
+    h.enter(0, [("a", 3)])
+    h.take(task=1)
+    assert h.reopened(1) == 0 and h.put_done(0) == "ok"
 
 
 def test_empty_micro_batch_completes_at_once():
@@ -73,9 +96,9 @@ def test_drain_delivers_what_is_inside_then_ends_and_refuses_new_batches():
     h.enter(0, [("a", 5)])
     h.drain()
     assert not h.can_enter(1) and h.put_answer() == "draining"
-    assert h.take() == ("block", 0, "a", 5)
+    assert h.take() == ("block", 0, 0, "a", 5)
     assert h.put_done(0) is None  # the batch inside still completes by its acks
-    h.acked(0, 5)
+    h.acked(0, 0)
     assert h.put_done(0) == "ok"
     assert h.take() == ("end",)
 
@@ -104,7 +127,7 @@ def test_a_micro_batch_run_again_replaces_its_untaken_blocks():
     h.enter(3, [("a", 5), ("b", 5)])
     h.enter(3, [("a2", 5), ("b2", 5)])
     assert h.held_rows == 10 and h.held_batches == 1
-    assert h.take()[2] == "a2"
+    assert h.take()[3] == "a2"
 
 
 def test_handoff_refuses_bounds_below_one():

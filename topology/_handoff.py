@@ -33,17 +33,18 @@ class MicroBatch:
     Attributes:
         batch_id: Spark's batch id (``foreachBatch``'s second argument).
         rows: its row count.
-        blocks: its blocks not yet taken, oldest first: ``(block, rows)``, where block is
-            opaque here (an ``ObjectRef`` of a ``pyarrow.Table`` in the actor).
+        blocks: its blocks not yet taken, oldest first: ``(index, block, rows)``, where
+            block is opaque here (an ``ObjectRef`` of a ``pyarrow.Table`` in the actor).
         untaken_rows: rows of ``blocks``.
-        done_rows: rows the spouts reported acked (or given up as dead letters).
+        open_blocks: indices of its blocks not yet reported done (every row acked or
+            given up as a dead letter).
     """
 
     batch_id: int
     rows: int
     blocks: deque = field(default_factory=deque)
     untaken_rows: int = 0
-    done_rows: int = 0
+    open_blocks: set = field(default_factory=set)
 
 
 class HandoffCore:
@@ -80,6 +81,9 @@ class HandoffCore:
         self.error: str | None = None
         self._queue: deque[MicroBatch] = deque()  # micro-batches with untaken blocks
         self._open: dict[int, MicroBatch] = {}  # batch id → micro-batch not yet complete
+        #: (batch id, block index) → (task, block, rows): blocks taken and not yet done,
+        #: given back if their task restarts (with acking only)
+        self._leases: dict[tuple[int, int], tuple[Any, Any, int]] = {}
         self.held_rows = 0
         self.max_held_rows = 0
         self.max_held_batches = 0
@@ -139,7 +143,8 @@ class HandoffCore:
         old = self._open.pop(batch_id, None)
         if old is not None:
             self._forget(old)
-        mb = MicroBatch(batch_id, rows, deque((b, r) for b, r in blocks if r > 0), rows)
+        mine = [(i, b, r) for i, (b, r) in enumerate(blocks) if r > 0]
+        mb = MicroBatch(batch_id, rows, deque(mine), rows, {i for i, _, _ in mine})
         self.batches_in += 1
         self.rows_in += rows
         self._open[batch_id] = mb
@@ -155,6 +160,8 @@ class HandoffCore:
         if mb in self._queue:
             self._queue.remove(mb)
             self.held_rows -= mb.untaken_rows
+        for key in [k for k in self._leases if k[0] == mb.batch_id]:
+            del self._leases[key]
 
     def _complete(self, mb: MicroBatch) -> None:
         if self._open.pop(mb.batch_id, None) is not None:
@@ -171,10 +178,11 @@ class HandoffCore:
         return None
 
     # -- takes -------------------------------------------------------------------------
-    def take(self) -> tuple:
-        """The next block for a spout task: ``("block", batch_id, block, rows)``; else
-        ``("idle",)`` (nothing now, open), ``("end",)`` (drained and empty), or
-        ``("closed",)`` / ``("failed", error)``."""
+    def take(self, task: Any = None) -> tuple:
+        """The next block for spout task ``task``: ``("block", batch_id, index, block,
+        rows)``; else ``("idle",)`` (nothing now, open), ``("end",)`` (drained and
+        empty), or ``("closed",)`` / ``("failed", error)``. With acking the block stays
+        leased to ``task`` until :meth:`acked` (see :meth:`reopened`)."""
         if self.state == CLOSED:
             return (CLOSED,)
         if self.state == FAILED:
@@ -182,26 +190,46 @@ class HandoffCore:
         if not self._queue:
             return ("end",) if self.state == DRAINING else ("idle",)
         mb = self._queue[0]
-        block, rows = mb.blocks.popleft()
+        index, block, rows = mb.blocks.popleft()
         mb.untaken_rows -= rows
         self.held_rows -= rows
         self.blocks_taken += 1
         if not mb.blocks:
             self._queue.popleft()
-        return ("block", mb.batch_id, block, rows)
+        if mb.batch_id in self._open:
+            self._leases[(mb.batch_id, index)] = (task, block, rows)
+        return ("block", mb.batch_id, index, block, rows)
+
+    def reopened(self, task: Any) -> int:
+        """Spout task ``task`` started again (Ray restarted its process): the blocks it
+        had taken and not reported done go back to the front of the hand-off, so their
+        rows are emitted again (at-least-once; rows it had acked come twice). Returns how
+        many blocks went back."""
+        back = sorted(k for k, v in self._leases.items() if v[0] == task)
+        for batch_id, index in reversed(back):
+            _, block, rows = self._leases.pop((batch_id, index))
+            mb = self._open[batch_id]
+            mb.blocks.appendleft((index, block, rows))
+            mb.untaken_rows += rows
+            self.held_rows += rows
+            if mb not in self._queue:
+                self._queue.appendleft(mb)
+        return len(back)
 
     def has_answer_for_take(self) -> bool:
         """True if :meth:`take` would answer something other than ``idle``."""
         return bool(self._queue) or self.state != OPEN
 
-    def acked(self, batch_id: int, rows: int) -> None:
-        """A spout task reports ``rows`` more rows of ``batch_id`` done (acked, or given up
-        as dead letters). Unknown batch ids (an earlier attempt's) are ignored."""
+    def acked(self, batch_id: int, index: int) -> None:
+        """A spout task reports block ``index`` of ``batch_id`` done: each of its rows
+        acked, or given up as a dead letter. Unknown ones (an earlier attempt's, or a
+        block reported twice) are ignored."""
         mb = self._open.get(batch_id)
         if mb is None:
             return
-        mb.done_rows += rows
-        if mb.done_rows >= mb.rows and not mb.blocks:
+        self._leases.pop((batch_id, index), None)
+        mb.open_blocks.discard(index)
+        if not mb.open_blocks and not mb.blocks:
             self._complete(mb)
 
     def stats(self) -> dict[str, Any]:
@@ -212,4 +240,4 @@ class HandoffCore:
                 "max_batches": self.max_batches, "batches_in": self.batches_in,
                 "rows_in": self.rows_in, "batches_done": self.batches_done,
                 "blocks_taken": self.blocks_taken, "put_waits": self.put_waits,
-                "unacked_batches": sorted(self._open)}
+                "unacked_batches": sorted(self._open), "leased_blocks": len(self._leases)}

@@ -49,7 +49,13 @@ class _Handoff:
             await self.cond.wait_for(lambda: core.put_done(batch_id) is not None)
             return core.put_done(batch_id)
 
-    async def take(self, wait_s: float) -> tuple:
+    async def reopened(self, task: int) -> int:
+        async with self.cond:
+            n = self.core.reopened(task)
+            self.cond.notify_all()
+            return n
+
+    async def take(self, wait_s: float, task: int | None = None) -> tuple:
         core = self.core
         async with self.cond:
             if not core.has_answer_for_take():
@@ -58,14 +64,14 @@ class _Handoff:
                                            wait_s)
                 except asyncio.TimeoutError:
                     pass
-            answer = core.take()
+            answer = core.take(task)
             if answer[0] == "block":
                 self.cond.notify_all()  # room for a waiting put
             return answer
 
-    async def acked(self, batch_id: int, rows: int) -> None:
+    async def acked(self, batch_id: int, index: int) -> None:
         async with self.cond:
-            self.core.acked(batch_id, rows)
+            self.core.acked(batch_id, index)
             self.cond.notify_all()
 
     async def drain(self) -> None:
@@ -134,12 +140,12 @@ _count_rows = _LazyRemote(_count_rows_fn)
 
 
 class _Block:
-    """A block a spout task took: its micro-batch, rows, tuples not yet resolved."""
+    """A block a spout task took: its micro-batch and index, tuples not yet resolved."""
 
-    __slots__ = ("batch_id", "rows", "open", "emitted_all")
+    __slots__ = ("batch_id", "index", "open", "emitted_all")
 
-    def __init__(self, batch_id: int, rows: int) -> None:
-        self.batch_id, self.rows, self.open, self.emitted_all = batch_id, rows, 0, False
+    def __init__(self, batch_id: int, index: int) -> None:
+        self.batch_id, self.index, self.open, self.emitted_all = batch_id, index, 0, False
 
 
 class StreamingDataFrameSpout(Spout):
@@ -367,6 +373,11 @@ class StreamingDataFrameSpout(Spout):
         self._replay: deque = deque()
         self._retries = RetryService(conf, context, collector)
         self.emitted_rows = 0
+        self._task = context.task_id
+        if self._msg_ids:  # a restarted task: the blocks it held go back to the hand-off
+            import ray
+
+            ray.get(self.handoff.reopened.remote(self._task), timeout=60)
 
     def _resolve(self, block: _Block) -> None:
         """One tuple of ``block`` acked or given up; report the block once all are."""
@@ -376,7 +387,7 @@ class StreamingDataFrameSpout(Spout):
 
     def _report(self, block: _Block) -> None:
         if self._msg_ids:
-            self.handoff.acked.remote(block.batch_id, block.rows)
+            self.handoff.acked.remote(block.batch_id, block.index)
 
     def _next_block(self) -> bool:
         """Take the next block without blocking: one take in flight at a time, checked
@@ -386,7 +397,7 @@ class StreamingDataFrameSpout(Spout):
         if self._ended:
             return False
         if self._take is None:
-            self._take = self.handoff.take.remote(self._poll_s).future()
+            self._take = self.handoff.take.remote(self._poll_s, self._task).future()
         if not self._take.done():
             return False
         fut, self._take = self._take, None
@@ -404,9 +415,9 @@ class StreamingDataFrameSpout(Spout):
             if kind == FAILED:
                 self._collector.report_error(RuntimeError(f"Spark query failed: {answer[1]}"))
             return False
-        _, batch_id, ref, rows = answer
+        _, batch_id, index, ref, _rows = answer
         table = ray.get(ref)
-        self._block = _Block(batch_id, table.num_rows)
+        self._block = _Block(batch_id, index)
         if self._arrow:
             self._rows = ((b,) for b in table.select(list(self.columns)).to_batches(
                 max_chunksize=self._batch_rows) if b.num_rows)
