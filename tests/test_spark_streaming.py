@@ -125,9 +125,9 @@ def test_backpressure_reaches_spark(cluster, spark, name, tmp_path):
             read = max(offsets.values()) if offsets else 0
             samples.append((time.monotonic(), read, executed))
             assert read - executed <= bound, samples[-1]
-            return executed >= 400
+            return executed >= 300
 
-        until(sample, 120, "400 rows through the slow sink", interval=0.5)
+        until(sample, 120, "300 rows through the slow sink", interval=0.5)
         hs = spout.handoff_stats()
     finally:
         cluster.kill_topology(name)

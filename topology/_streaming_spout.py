@@ -267,7 +267,7 @@ class StreamingDataFrameSpout(Spout):
         self._watcher: threading.Thread | None = None
         self.handoff = _handoff_actor().remote(max_batches, max_rows, msg_ids)
 
-    _DRIVER_ONLY = ("_df", "query", "_watcher", "empty_batches")
+    _DRIVER_ONLY = ("_df", "query", "_watcher", "empty_batches", "_putting")
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -327,7 +327,11 @@ class StreamingDataFrameSpout(Spout):
             release_spark_recoverable(df)
         except ImportError:  # an older RayDP keeps no cached copy
             pass
-        answer = ray.get(self.handoff.put.remote(int(batch_id), blocks))
+        self._putting = True
+        try:
+            answer = ray.get(self.handoff.put.remote(int(batch_id), blocks))
+        finally:
+            self._putting = False
         if answer != "ok":
             raise TopologyError(f"micro-batch {batch_id} not delivered: the topology's "
                                 f"hand-off is {answer}; Spark does not commit it")
@@ -347,6 +351,13 @@ class StreamingDataFrameSpout(Spout):
         except Exception as e:  # already gone
             logger.warning("StreamingDataFrameSpout: closing the hand-off: %s", e)
         if self.query is not None:
+            try:
+                if getattr(self, "_putting", False):
+                    # its foreachBatch raises now: let the query end with that error
+                    # (uncommitted) rather than interrupt it
+                    self.query.awaitTermination(30)
+            except Exception:  # the error we just caused
+                pass
             try:
                 self.query.stop()
             except Exception as e:
