@@ -25,11 +25,13 @@ def test_drain_ends_a_live_topology_and_fires_every_window(cluster, name, own_dr
     field = "value" if own_drain else "seq"
     b = TopologyBuilder()
     b.set_spout("src", spout)
-    b.set_bolt("relay", RelayBolt(spout.outputs, delay_s=0.001)).shuffle_grouping("src")
+    b.set_bolt("relay", RelayBolt(spout.outputs)).shuffle_grouping("src")
     b.set_bolt("win", WindowSpanBolt(field).with_tumbling_window(Count(7))
                ).shuffle_grouping("relay")
     b.set_bolt("sink", CollectorBolt()).shuffle_grouping("win")
-    handle = cluster.submit_topology(name, {}, b.create_topology())
+    # small queues: what a drain still delivers is what they hold
+    handle = cluster.submit_topology(name, {"topology.executor.receive.buffer.size": 64},
+                                     b.create_topology())
     try:
         until(lambda: len(handle.collected("sink")) >= 3, 60, "three windows")
         assert not handle.wait(0.2)  # live: wait returns False and leaves it running

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.ray]
 
 def _rate(spark, rows_per_batch: int, **options):
     r = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
-         .option("numPartitions", 2))
+         .option("numPartitions", 1))  # one Spark task per micro-batch: 1-core executor
     for k, v in options.items():
         r = r.option(k, v)
     return r.load()
@@ -112,11 +112,11 @@ def test_backpressure_reaches_spark(cluster, spark, name, tmp_path):
                                      b.create_topology())
     # what may lie between Spark's offsets (logged as a micro-batch starts) and the
     # sink: the hand-off (max_rows), the micro-batch whose foreachBatch is putting, the
-    # spout's current block (half a micro-batch: two partitions), the sink's queue, the
+    # spout's current block (a whole micro-batch: one partition), the sink's queue, the
     # frames in flight to it (2 credits of a batch each; a batch is half the queue) and
     # the spout's partial batch and pending emits
     batch = queue // 2
-    bound = 200 + 200 + 100 + queue + 2 * batch + 2 * batch
+    bound = 200 + 200 + 200 + queue + 2 * batch + 2 * batch
     samples = []
     try:
         def sample():
