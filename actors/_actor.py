@@ -572,6 +572,11 @@ class ExecutorActor:
         self.core.set_active(bool(active))
 
     @ray.method(concurrency_group="control")
+    def drain(self) -> None:
+        """Drain this task's spout (see ``ExecutorCore.set_draining``); returns at once."""
+        self.core.set_draining()
+
+    @ray.method(concurrency_group="control")
     def is_done(self) -> bool:
         """True once this task has ended its stream (never blocks)."""
         return self.core.done.is_set() and self.core.state == "done"

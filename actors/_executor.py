@@ -160,6 +160,10 @@ class ExecutorCore:
         #: the control thread sets the wish, the executor thread applies it
         self.active = True
         self._want_active = True
+        #: the topology drains (``handle.drain()``): set by the control thread, applied
+        #: by the spout loop (see ``set_draining``)
+        self._want_drain = False
+        self.draining = False
         interval = c["topology.batch.flush.interval.millis"]
         #: seconds between flushes (0: none, as Storm without flush tuples)
         self._flush_interval_s = (interval / 1000 if interval > 0 and self.outbox.batch_size > 1
@@ -425,6 +429,14 @@ class ExecutorCore:
         acks and failing timeouts; its ``activate``/``deactivate`` hook is called on each
         change, on the executor thread as Storm does. No effect on bolts."""
         self._want_active = active
+        self.wakeup.set()
+
+    def set_draining(self) -> None:
+        """Drain (any thread; applied by the executor thread): a spout takes no new input,
+        emits its replays, then ends its stream (``Spout.drain``); a deactivated spout is
+        activated for that. No effect on bolts: they end when their inputs have."""
+        self._want_drain = True
+        self._want_active = True
         self.wakeup.set()
 
     def stop(self, timeout: float = 5.0) -> None:

@@ -8,8 +8,20 @@ import time
 from actors._acking import UserCalls
 from actors._collectors import SpoutCollector
 from actors._executor import FLUSH, ExecutorCore
+from topology import Spout
 
 logger = logging.getLogger("storm_on_ray.executor")
+
+
+class _Ended:
+    """What the spout loop calls instead of a spout that cannot drain itself."""
+
+    @staticmethod
+    def next_tuple() -> None:
+        raise StopIteration
+
+
+_ENDED = _Ended()
 
 
 class SpoutExecutor(ExecutorCore):
@@ -98,6 +110,9 @@ class SpoutExecutor(ExecutorCore):
                 else:
                     idle = self._idle(idle) if recv <= 1 else 0
                     continue
+            if self._want_drain and not self.draining:
+                if self._apply_drain():
+                    spout = _ENDED
             if self._want_active is not self.active:
                 self._apply_active()
             if (not self.active or (max_pending is not None and len(trees) >= max_pending)
@@ -134,6 +149,20 @@ class SpoutExecutor(ExecutorCore):
                 idle = self._idle(idle)
             else:
                 idle = 0
+
+    def _apply_drain(self) -> bool:
+        """Start draining (executor thread): call the spout's ``drain``; True when the
+        spout has none, so the executor ends its stream itself (see ``Spout.drain``)."""
+        self.draining = True
+        logger.info("%s:%d: draining", self.component_id, self.task_id)
+        if type(self.obj).drain is Spout.drain:
+            return True
+        try:
+            self.obj.drain()
+        except Exception as e:
+            self.errors.report(e, "drain")
+            return True
+        return False
 
     def _apply_active(self) -> None:
         active = self._want_active

@@ -3,7 +3,8 @@
     storm-on-ray submit examples/wordcount.py [args...]   # ray job submit, working dir .
     storm-on-ray list
     storm-on-ray stats NAME
-    storm-on-ray deactivate NAME | activate NAME | kill NAME
+    storm-on-ray deactivate NAME | activate NAME
+    storm-on-ray kill NAME [--wait SECS] [--drain]
 
 ``--address`` names the cluster: a GCS address (``host:6379``) or ``auto`` for ``list``,
 ``stats``, ``activate``, ``deactivate`` and ``kill``; the dashboard's job address
@@ -78,6 +79,9 @@ def _stats(args) -> int:
               f"{fmt(r['backpressured'], '.0%'):>6}  {r['level']}")
     for line in window_lines(s) + dead_letter_lines(s) + shed_lines(s) + flow_control_lines(s):
         print(line)
+    for e in s.errors:
+        print(f"ERROR {e['component']}:{e['task']} {e['error_type']}: {e['message']} "
+              f"(x{e['count']})")
     for t in s.stalled_tasks():
         print(f"STALLED {t.component}:{t.task} for {t.stalled_seconds:.0f} s")
     return 0
@@ -88,7 +92,14 @@ def _control(args) -> int:
 
     handle = attach(args.name)
     if args.command == "kill":
-        handle.kill()
+        if args.drain:
+            done = handle.drain(args.wait)
+            if not done:
+                print(f"drain: {args.name} did not complete within {args.wait} s; "
+                      f"killing it", file=sys.stderr)
+            handle.kill()
+        else:
+            handle.kill(wait_secs=args.wait or 0)
     elif args.command == "activate":
         handle.activate()
     else:
@@ -106,7 +117,8 @@ def _submit(args) -> int:
     return subprocess.call(cmd)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser (no cluster needed)."""
     ap = argparse.ArgumentParser(prog="storm-on-ray", description=__doc__.splitlines()[0])
     ap.add_argument("--address", help="Ray cluster address (see the module help)")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -118,8 +130,20 @@ def main(argv: list[str] | None = None) -> int:
                       ("activate", "spouts emit again"),
                       ("deactivate", "spouts stop emitting"),
                       ("kill", "stop a topology and free its actors")):
-        sub.add_parser(cmd, help=what).add_argument("name")
-    args = ap.parse_args(argv)
+        p = sub.add_parser(cmd, help=what)
+        p.add_argument("name")
+        if cmd == "kill":
+            p.add_argument("--wait", "-w", type=float, default=None, metavar="SECS",
+                           help="deactivate the spouts, wait SECS, then kill (Storm's "
+                                "kill -w); with --drain, the most to wait for the drain")
+            p.add_argument("--drain", action="store_true",
+                           help="drain first: spouts take no new input and end their "
+                                "streams, windows fire, the topology completes; then kill")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.command == "submit":
         return _submit(args)
     _connect(args.address)

@@ -364,17 +364,65 @@ class TopologyHandle:
             return self.topology.components[self.topology.task_component(task)].is_spout
         return True  # attached without the topology: bolts ignore it
 
-    def kill(self) -> None:
+    def _spout_objects(self) -> list:
+        """The driver's spout objects (none for a handle from :func:`attach`)."""
+        if self.topology is None:
+            return []
+        return [spec.obj for _, spec in sorted(self.topology.components.items())
+                if spec.is_spout]
+
+    def _spout_hooks(self, hook: str) -> None:
+        """Call each spout object's driver-side ``hook`` (``on_drain``/``on_stop``);
+        an error is logged, and the other spouts still get theirs."""
+        for obj in self._spout_objects():
+            try:
+                getattr(obj, hook)()
+            except Exception as e:
+                logger.warning("topology %r: %s of a %s: %s", self.name, hook,
+                               type(obj).__name__, e)
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """The graceful end of a topology that runs until stopped (ours; Storm has none):
+        the spouts stop taking input (each spout's ``drain``; a Spark streaming spout
+        takes no new micro-batch), emit their replays and end their streams; event-time
+        windows downstream fire as their inputs end; the topology completes. Blocks until
+        it has completed or ``timeout`` s passed; True if it completed, then the driver-side
+        sources are stopped (``on_stop``). Does not kill: call :meth:`kill` after.
+
+        Raises:
+            TopologyFailed: an executor died and will not be restarted.
+        """
+        self._spout_hooks("on_drain")
+        spouts = [t for t in self.actors if self._is_spout_task(t)]
+        self._call_all([self.actors[t] for t in spouts], lambda a: a.drain.remote(), 60,
+                       "drain")
+        done = self.wait(timeout)
+        if done:
+            self._spout_hooks("on_stop")
+        return done
+
+    def kill(self, wait_secs: float = 0) -> None:
         """Stop every task (``close``/``cleanup`` are called), then free the actors, the
         placement groups and (for a detached topology) its stored copy. Blocks up to 30 s
-        for ``close``/``cleanup``; a handle from :func:`attach` frees the same."""
+        for ``close``/``cleanup``; a handle from :func:`attach` frees the same.
+
+        Args:
+            wait_secs: Storm's ``kill -w``: deactivate the spouts first, then wait this
+                many seconds (tuples in flight finish, acks arrive), then kill. A Spark
+                streaming spout's ``foreachBatch`` still waiting then raises, so Spark
+                commits nothing the topology did not deliver, and its query stops.
+        """
         if self._killed:
             return
+        if wait_secs and wait_secs > 0:
+            self.deactivate()
+            time.sleep(wait_secs)
         self._killed = True
         try:
             ray.get([a.shutdown.remote() for a in self.actors.values()], timeout=30)
         except Exception as e:  # dying actors: we kill them anyway
             logger.warning("topology %r: shutdown: %s", self.name, e)
+        self._spout_hooks("on_stop")
         for a in list(self.actors.values()) + list(self.transfers.values()):
             ray.kill(a, no_restart=True)
         pgs = self.placement_groups or _placement_groups(self.prefix)

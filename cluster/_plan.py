@@ -113,6 +113,27 @@ def _refuse_shedding_with_acking(topology: StormTopology, conf: dict) -> None:
                 f"would be lost for good; use 'block' for at-least-once")
 
 
+def _window_acks_for_live_sources(topology: StormTopology, conf: dict,
+                                  warnings: list[str]) -> None:
+    """A spout whose source waits for acks (``acks_hold_source``: a Spark streaming spout
+    with msg ids) starts its next micro-batch only once the current one is acked, and only
+    the next micro-batch moves event time; a windowed bolt acking as tuples leave its
+    windows would wait for it for ever. There windowed bolts ack on entry
+    (``topology.bolts.window.ack.on.entry``, unless set); one set to false is warned of."""
+    live = sorted(cid for cid, spec in topology.components.items()
+                  if spec.is_spout and getattr(spec.obj, "acks_hold_source", False))
+    if not live:
+        return
+    key = "topology.bolts.window.ack.on.entry"
+    if conf.get(key) is None:
+        conf[key] = True
+    for cid, spec in sorted(topology.components.items()):
+        if isinstance(spec.obj, WindowedBoltExecutor) and {**conf, **spec.conf}.get(key) is False:
+            warnings.append(f"windowed bolt {cid!r} acks as tuples leave its windows ({key} "
+                            f"false) while spouts {live} wait for acks before their next "
+                            f"micro-batch: an event-time window may then never close")
+
+
 def plan(topology: StormTopology, conf: dict | None) -> TopologyPlan:
     """Validate ``topology`` and ``conf`` and decide its tasks, workers and placement.
 
@@ -182,6 +203,8 @@ def plan(topology: StormTopology, conf: dict | None) -> TopologyPlan:
             f"cycles (back edges {sorted(topology.back_edges)}) and no ackers: tuples beyond a "
             f"back edge's cap are dropped (counted in stats) and nothing replays them; set "
             f"topology.acker.executors > 0 and emit with msg ids for at-least-once")
+    if topology.acker_tasks:
+        _window_acks_for_live_sources(topology, conf, warnings)
     task_worker = assign_tasks(topology, min(requested, topology.num_tasks))
     n = max(task_worker.values()) + 1
     transfer = n > 1

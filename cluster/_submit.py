@@ -130,6 +130,9 @@ def launch(p: TopologyPlan, name: str, ready_timeout: float = 120,
                 for w in p.workers])
         ray.get([a.connect.remote(actors, transfers, coordinator) for a in actors.values()])
         ray.get([a.start.remote() for a in actors.values()])
+        for _, spec in sorted(topology.components.items()):
+            if spec.is_spout:  # driver-side sources (a Spark streaming query) start now
+                spec.obj.on_submit(handle)
     except Exception:
         handle.kill()
         raise

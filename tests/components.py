@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from benchmarks._pipeline import LatencySink, LiveSpout  # noqa: F401 (overload tests)
-from topology import BatchBolt, Bolt, CollectorBolt, Fields, Spout
+from topology import BatchBolt, Bolt, CollectorBolt, Fields, Spout, WindowedBolt
 
 
 class SeqSpout(Spout):
@@ -634,3 +634,37 @@ class PhasedBolt(Bolt):
             i -= count
         self.n += 1
         self.collector.emit(tup.values)
+
+
+class RelayBolt(Bolt):
+    """Re-emits its input's ``fields`` unchanged, optionally sleeping ``delay_s`` per
+    tuple (the Spark streaming tests' middle bolt)."""
+
+    def __init__(self, fields, delay_s: float = 0.0) -> None:
+        self.outputs = tuple(fields)
+        self.delay_s = delay_s
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        self.collector.emit(tup.values)
+
+
+class WindowSpanBolt(WindowedBolt):
+    """Emits, per window: its start and end (epoch ms), its tuple count and the ``field``
+    values it holds (a list)."""
+
+    outputs = ("start", "end", "count", "values")
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, window):
+        vals = sorted(t[self.field] for t in window.get())
+        self.collector.emit((window.start_timestamp, window.end_timestamp, len(vals), vals))

@@ -1,7 +1,7 @@
 """The user API: spouts, bolts, streams, fields, groupings and Storm's config keys.
 
-Pure Python: importing this package never imports Ray (only ``DataFrameSpout`` does, when
-built). Names follow Storm's, in snake_case.
+Pure Python: importing this package never imports Ray (only ``DataFrameSpout`` and
+``StreamingDataFrameSpout`` do, when built). Names follow Storm's, in snake_case.
 """
 
 from topology._builder import (
@@ -37,6 +37,7 @@ from topology._errors import ConfigError, EmitError, TopologyError
 from topology._fields import Fields
 from topology._sinks import DatasetSink, DeadLetterSink
 from topology._spouts import CollectorBolt, IterableSpout
+from topology._streaming_spout import StreamingDataFrameSpout
 from topology._tuple import SYSTEM_COMPONENT_ID, SYSTEM_TICK_STREAM_ID, Tuple
 from topology._windowed_executor import WindowedBoltExecutor
 from topology._windows import Count, Duration, TupleWindow, WindowedBolt
@@ -48,6 +49,7 @@ __all__ = [
     "DeadLetter", "DeadLetterSink", "Duration", "EmitError", "Fields", "GROUPINGS", "Grouping",
     "IterableSpout", "OutputCollector", "OutputFieldsDeclarer", "RetryService",
     "SYSTEM_COMPONENT_ID", "SYSTEM_TICK_STREAM_ID", "Spout", "SpoutDeclarer",
+    "StreamingDataFrameSpout",
     "SpoutOutputCollector", "StormTopology", "TopologyBuilder", "TopologyContext",
     "TopologyError", "Tuple", "TupleWindow", "WindowedBolt", "WindowedBoltExecutor",
     "effective_batch_size", "make_config",

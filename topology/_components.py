@@ -96,6 +96,25 @@ class Spout(_Component):
     def close(self) -> None:
         """The task is shutting down (not guaranteed on a process crash)."""
 
+    def drain(self) -> None:
+        """The topology drains (``handle.drain()``; ours, Storm has none): take no new
+        input; emit only replays, then raise ``StopIteration`` from ``next_tuple`` once
+        nothing is left, so the stream ends and windows downstream fire. Called once, on
+        the executor thread. A spout that does not override it is ended by the executor:
+        ``next_tuple`` is not called again, and its pending tuples are not replayed."""
+
+    # Driver-side hooks, for spouts fed by something the driver runs (a Spark query):
+    # called on the spout object the driver built, never in a task.
+    def on_submit(self, handle: Any) -> None:
+        """The topology's actors run (``submit``): start the driver-side source."""
+
+    def on_drain(self) -> None:
+        """``handle.drain()`` began: the driver-side source stops taking input."""
+
+    def on_stop(self) -> None:
+        """The topology was killed, or completed after a drain: stop the driver-side
+        source (it must not wait for the topology any more)."""
+
     #: Items the whole component (all its tasks) will emit, when the spout knows it (a
     #: finite source such as a DataFrame); read on the driver for progress bars.
     total_items: int | None = None

@@ -246,6 +246,14 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("topology.bolts.late.tuple.stream", (str,), None,
               "Storm's key (WindowedBolt.with_late_tuple_stream): late tuples go to this "
               "stream instead of being counted and dropped.", nullable=True),
+    ConfigKey("topology.bolts.window.ack.on.entry", (bool,), None,
+              "Ours: true acks a windowed bolt's tuple once it is in its windows, instead of "
+              "once it has left them (Storm's rule), and leaves window output unanchored. "
+              "Null: true in a topology with a spout whose source waits for acks (a "
+              "StreamingDataFrameSpout with msg_ids, whose next micro-batch, the only thing "
+              "that moves event time, starts only once the current one is acked), false "
+              "elsewhere. The guarantee is then at-least-once up to the windows: a "
+              "restarted task loses its open windows' contents.", nullable=True),
     ConfigKey("topology.message.timeout.secs", (int, float), 30, "Storm's default.",
               minimum=0),
     ConfigKey("topology.max.replays", (int,), None,

@@ -127,6 +127,11 @@ class DataFrameSpout(Spout):
         self._emitted_items += 1
         self.emitted_rows += row[0].num_rows if self._arrow else 1
 
+    def drain(self) -> None:
+        """Take no new row: emit the replays, then end the stream."""
+        self._mine = []
+        self._rows = iter(())
+
     def progress(self) -> int:
         """Rows of this task's blocks emitted so far (replays not counted)."""
         return self.emitted_rows

@@ -78,6 +78,10 @@ class IterableSpout(Spout):
         else:
             self._collector.emit(item)
 
+    def drain(self) -> None:
+        """Take no new item: emit the replays, then end the stream."""
+        self._it = iter(())
+
     def progress(self) -> int:
         """Items of this task taken from the iterable so far (replays not counted)."""
         return self.taken

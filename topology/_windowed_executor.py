@@ -17,6 +17,12 @@ when none is declared; a tuple whose timestamp field holds neither a ``datetime`
 number is bad input: counted, reported with the component, and acked (a replay would be as
 bad).
 
+With ``topology.bolts.window.ack.on.entry`` (ours; on by default in a topology fed by a
+Spark streaming spout with msg ids, see ``cluster._plan``) a tuple is acked as soon as it is
+in its windows, and the output of ``execute(window)`` is unanchored: the spout's source can
+then move on (the next micro-batch is what moves event time), and the guarantee is
+at-least-once up to the windows, whose open contents a restarted task loses.
+
 Watermarks are per upstream task (topology/_window_engine.py); an upstream task's end of stream
 leaves the minimum (the executor calls :meth:`WindowedBoltExecutor.upstream_ended`), and
 :meth:`finish` closes every open window before the user's ``finish``.
@@ -38,6 +44,9 @@ from topology._windows import (
     WindowedBolt,
     extract_timestamp,
 )
+
+#: the config key of the ack-on-entry rule
+ACK_ON_ENTRY = "topology.bolts.window.ack.on.entry"
 
 
 def now_ms() -> int:
@@ -113,6 +122,8 @@ class WindowedBoltExecutor(Bolt):
     # -- the bolt ---------------------------------------------------------------------
     def prepare(self, conf: dict, context, collector: OutputCollector) -> None:
         self.collector = collector
+        #: ack each tuple once it is in its windows (``topology.bolts.window.ack.on.entry``)
+        self.ack_on_entry = bool(conf.get(ACK_ON_ENTRY))
         self._window_collector = _WindowCollector(collector)
         upstream = sorted({t for (comp, _), _f in context.sources.items()
                            for t in context.component_tasks.get(comp, ())})
@@ -137,7 +148,10 @@ class WindowedBoltExecutor(Bolt):
         fires = engine.add(tup, tup.source_task, ts, now_ms())
         if fires is None:
             self._late(tup, ts)
-        elif fires:
+            return
+        if self.ack_on_entry:
+            self.collector.ack(tup)
+        if fires:
             self._fire(fires)
 
     def _late(self, tup: Tuple, ts: int | None) -> None:
@@ -156,7 +170,8 @@ class WindowedBoltExecutor(Bolt):
                 for t in f.done:
                     col.ack(t)
                 continue
-            wc.window_tuples = f.window.get()
+            # acked on entry: nothing left to anchor to (the output leaves the trees)
+            wc.window_tuples = [] if self.ack_on_entry else f.window.get()
             try:
                 self.bolt.execute(f.window)
             except Exception as e:  # user code: report, fail the window's new tuples
