@@ -14,6 +14,7 @@ import threading
 from collections import deque
 from typing import Any
 
+from topology._arrow_rows import arrow_rows
 from topology._components import Spout
 from topology._dead_letters import RetryService
 from topology._errors import TopologyError
@@ -433,8 +434,7 @@ class StreamingDataFrameSpout(Spout):
             self._rows = ((b,) for b in table.select(list(self.columns)).to_batches(
                 max_chunksize=self._batch_rows) if b.num_rows)
         else:
-            self._rows = zip(*[table.column(c).to_pylist() for c in self.columns],
-                             strict=True)
+            self._rows = arrow_rows(table, self.columns)
         return True
 
     def _block_finished(self) -> None:
