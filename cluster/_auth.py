@@ -13,8 +13,10 @@ cluster unreachable. :func:`use_available_token` does for an explicit address wh
 does for ``auto``; :func:`check_token` tells "no token" and "wrong token" apart from
 "unreachable" before ``ray.init`` starts retrying.
 
-We never set ``RAY_AUTH_MODE=disabled``: a cluster without authentication accepts a client
-that sends a token, so using one whenever it exists costs nothing.
+We never set ``RAY_AUTH_MODE=disabled``. ``ray job submit`` sends the token only when
+``RAY_AUTH_MODE=token`` is set in its environment (measured: with the variable unset it gets
+"Authentication required: Missing authentication token"); ``storm-on-ray submit`` sets it
+when a token exists.
 """
 
 from __future__ import annotations
@@ -65,12 +67,30 @@ def use_available_token() -> bool:
     token available (:func:`find_token`), set ``RAY_AUTH_MODE=token`` for this process and
     its children, as Ray itself does when it finds a local cluster. An explicit
     ``RAY_AUTH_MODE`` is left alone. Returns whether token mode is on afterwards. Must run
-    before ``ray.init`` (Ray reads the mode once per process)."""
+    before ``ray.init``."""
     mode = os.environ.get("RAY_AUTH_MODE")
     if mode is None and find_token()[0] is not None:
         os.environ["RAY_AUTH_MODE"] = "token"
         mode = "token"
+        _refresh_ray_config()
     return (mode or "").lower() == "token"
+
+
+def _refresh_ray_config() -> None:
+    """Make an already imported Ray read ``RAY_AUTH_MODE`` again. Ray caches its config
+    when imported (measured: ``ray.init`` with an explicit address after ``import ray``
+    and then setting the variable still sent no token); Ray's own ``_enable_token_auth``
+    refreshes it the same way. No public API does this."""
+    import sys
+
+    if "ray" not in sys.modules:
+        return  # Ray will read the variable when it is imported
+    try:
+        from ray._raylet import Config
+
+        Config.initialize("")
+    except (ImportError, AttributeError):  # another Ray: it reads the variable at init
+        pass
 
 
 def check_token(gcs_address: str, timeout: float = 5.0) -> None:

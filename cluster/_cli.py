@@ -29,12 +29,13 @@ AUTH_REFUSED = 3
 
 
 def _connect(address: str | None) -> None:
+    from cluster._auth import ClusterAuthError, check_token, use_available_token
+
+    use_available_token()  # before Ray reads RAY_AUTH_MODE
+
     import ray
     from ray.exceptions import AuthenticationError
 
-    from cluster._auth import ClusterAuthError, check_token, use_available_token
-
-    use_available_token()
     target = address or os.environ.get("RAY_ADDRESS") or "auto"
     if target != "auto" and ":" in target and "://" not in target:
         # Ray retries an unreachable GCS for a long time: ask the port first

@@ -15,10 +15,12 @@ from tests._util import free_port
 
 @pytest.fixture
 def user(monkeypatch, tmp_path):
-    """A user with no token anywhere: no token variables, an empty HOME."""
+    """A user with no token anywhere: no token variables, an empty HOME. Ray's cached
+    config is left alone (this process's Ray must keep the session's mode)."""
     for var in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr("cluster._auth._refresh_ray_config", lambda: None)
     return tmp_path
 
 
