@@ -29,7 +29,7 @@ from actors._gc import freeze_startup_objects, tune_gc
 from actors._metrics import RayMetricsExport, TaskMetrics
 from actors._routing import TASK, WORKER, actor_name
 from actors._stats import TaskStats
-from actors._store import StoredTopology
+from actors._store import StoredTopology, first_start
 from actors._transfer import FRAME_LOST
 from backpressure import BackPressureStatus
 
@@ -265,8 +265,9 @@ class ExecutorActor:
 
     Args:
         topology_name: the name given at submit.
-        topology: the frozen ``StormTopology`` (passed once through the object store), or
-            for a detached topology a ``StoredTopology`` read from the GCS.
+        topology: a ``StoredTopology``, read from the GCS here (``actors/_store.py``: so
+            that a restart does not depend on an object the driver owns), or the frozen
+            ``StormTopology`` itself (tests that build an actor by hand).
         conf: the validated topology config.
         task_id: the task this actor runs.
         task_worker: task id → worker index.
@@ -283,7 +284,7 @@ class ExecutorActor:
         # GIL up to the switch interval (5 ms by default) before they can take a batch or a
         # backpressure status; see benchmarks/halt_lag.py for the effect.
         sys.setswitchinterval(float(os.environ.get("STORM_ON_RAY_SWITCH_INTERVAL", "0.0005")))
-        if isinstance(topology, StoredTopology):  # a detached topology (actors/_store.py)
+        if isinstance(topology, StoredTopology):
             topology = topology.load()
         self.core = make_executor(topology_name, topology, conf, task_id, task_worker)
         tune_gc(self.core.conf["topology.executor.gc.threshold"])
@@ -296,7 +297,7 @@ class ExecutorActor:
         # spouts upstream that a NAK slows down
         self._coordinator = None
         self._nak_to: list = []
-        if prefix is not None and ray.get_runtime_context().was_current_actor_reconstructed:
+        if prefix is not None and not first_start(prefix, actor_name(None, TASK, task_id)):
             self.core.inbound.reconstructed = True
             self._rejoin()
 

@@ -1,11 +1,20 @@
-"""Where a detached topology keeps its code: Ray's GCS key-value store.
+"""Where a topology keeps its code: Ray's GCS key-value store.
 
-A detached topology outlives the driver that submitted it, so a restarted executor cannot
-read its topology from an object the driver owned (Ray frees it with its owner). Storm keeps
-a submitted topology in Nimbus's blob store; we keep the pickled topology in the GCS's
-internal key-value store (``ray.experimental.internal_kv``: the store Ray itself uses for
-job and runtime-env data), under the submit's actor-name prefix, until the topology is
-killed.
+A restarted executor runs its constructor again and must read its topology again. Passed as
+a constructor argument, the topology would be an object in the driver's object store (Ray
+puts large arguments there): Ray warns at every submit that such an actor may not restart
+once its driver has gone, and for a detached topology, which outlives its driver, it could
+not. Storm keeps a submitted topology in Nimbus's blob store; we keep the pickled topology
+in the GCS's internal key-value store (``ray.experimental.internal_kv``: the store Ray
+itself uses for job and runtime-env data), under the submit's actor-name prefix, until the
+topology is killed. Every executor receives a :class:`StoredTopology` (a name, a few bytes)
+instead of the topology.
+
+What the topology's own components hold is another matter: a ``DataFrameSpout`` carries
+references to Arrow blocks that live in its driver's object store and die with it.
+
+The same store records which actors of a submit have started once (:func:`first_start`),
+which is how a restarted actor knows that it must rejoin its topology.
 """
 
 from __future__ import annotations
@@ -21,13 +30,13 @@ def _key(prefix: str) -> str:
 
 @dataclass(frozen=True)
 class StoredTopology:
-    """A reference to a topology stored by :func:`store_topology` (what a detached
-    topology's executors receive instead of the topology itself)."""
+    """A reference to a topology stored by :func:`store_topology` (what every executor
+    receives instead of the topology itself)."""
 
     prefix: str
 
     def load(self):
-        """The stored topology object.
+        """The stored topology object; blocks for one GCS round trip.
 
         Raises:
             LookupError: nothing is stored under this prefix (the topology was killed).
@@ -53,10 +62,11 @@ def store_topology(prefix: str, topology) -> StoredTopology:
 
 
 def delete_topology(prefix: str) -> None:
-    """Forget the topology stored under ``prefix`` (no error if there is none)."""
+    """Forget the topology stored under ``prefix`` and its actors' start records (no error
+    if there are none); blocks for one GCS round trip."""
     from ray.experimental import internal_kv
 
-    internal_kv._internal_kv_del(_key(prefix), namespace=KV_NAMESPACE)
+    internal_kv._internal_kv_del(f"{prefix}/", del_by_prefix=True, namespace=KV_NAMESPACE)
 
 
 def has_topology(prefix: str) -> bool:
@@ -64,3 +74,19 @@ def has_topology(prefix: str) -> bool:
     from ray.experimental import internal_kv
 
     return internal_kv._internal_kv_exists(_key(prefix), namespace=KV_NAMESPACE)
+
+
+def first_start(prefix: str, actor: str) -> bool:
+    """Record that ``actor`` (its name within the submit, e.g. ``task-3``) of the submit
+    ``prefix`` has started; True the first time, False for every later instance (one that
+    Ray restarted). Atomic in the GCS, one round trip.
+
+    Ray's ``RuntimeContext.was_current_actor_reconstructed`` answers the same question, but
+    in Ray 2.60 it reads the deprecated ``RuntimeContext.actor_id`` and prints a
+    deprecation warning from every actor, and no current public API gives an actor's
+    restart count."""
+    from ray.experimental import internal_kv
+
+    existed = internal_kv._internal_kv_put(f"{prefix}/started/{actor}", b"1",
+                                           overwrite=False, namespace=KV_NAMESPACE)
+    return not existed

@@ -55,6 +55,7 @@ from actors._codec import (
 from actors._errors import LogThrottle
 from actors._gc import tune_gc
 from actors._routing import TASK, WORKER, actor_name
+from actors._store import first_start
 from backpressure import BackPressureStatus, RemoteBackPressure, WorkerBackPressure
 
 logger = logging.getLogger("storm_on_ray.transfer")
@@ -113,7 +114,7 @@ class TransferActor:
             dropped_no_peer=0, hellos=0, reminders_sent=0, frames_lost=0)
         # the last status from each peer worker, for a restarted executor of this worker
         self._last_status: dict[int, bytes] = {}
-        if prefix is not None and ray.get_runtime_context().was_current_actor_reconstructed:
+        if prefix is not None and not first_start(prefix, actor_name(None, WORKER, worker_id)):
             self._rejoin(prefix, destinations or {})
 
     def _rejoin(self, prefix: str, destinations: dict) -> None:

@@ -27,12 +27,10 @@ Writes benchmarks/results/flink_experiment.json and .png; the last line is `key=
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 

@@ -29,14 +29,12 @@ last line is ``key=value ...``.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import threading
 import time
 from pathlib import Path
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402

@@ -21,13 +21,11 @@ Writes benchmarks/results/storm_perf.json; the last line is `key=value ...`.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections import deque
 from pathlib import Path
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import quantile, write_result  # noqa: E402

@@ -12,6 +12,7 @@ from actors import lazy_attributes
 _LAZY = {
     "TopologyFailed": "cluster._handle", "TopologyHandle": "cluster._handle",
     "LocalCluster": "cluster._local",
+    "ClusterAuthError": "cluster._auth",
     "JAVA_MISSING": "cluster._spark", "SparkUnavailableError": "cluster._spark",
     "check_java": "cluster._spark", "java_add_opens": "cluster._spark",
     "start_spark": "cluster._spark", "stop_spark": "cluster._spark",

@@ -9,7 +9,12 @@
 ``--address`` names the cluster: a GCS address (``host:6379``) or ``auto`` for ``list``,
 ``stats``, ``activate``, ``deactivate`` and ``kill``; the dashboard's job address
 (``http://host:8265``) for ``submit``. Without it, ``RAY_ADDRESS`` or the local cluster.
-Exit status: 0 done, 1 the command failed (the message says why), 2 no cluster reachable.
+Exit status: 0 done, 1 the command failed (the message says why), 2 no cluster reachable,
+3 the cluster refused this user's authentication token (or there is none).
+
+Ray's token authentication stays as Ray sets it: the commands use the token Ray keeps
+(``~/.ray/auth_token``, or ``RAY_AUTH_TOKEN`` / ``RAY_AUTH_TOKEN_PATH``; see
+``cluster/_auth.py``).
 """
 
 from __future__ import annotations
@@ -21,12 +26,17 @@ import subprocess
 import sys
 
 NO_CLUSTER = 2
+AUTH_REFUSED = 3
 
 
 def _connect(address: str | None) -> None:
-    import ray
+    from cluster._auth import ClusterAuthError, check_token, use_available_token
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    use_available_token()  # before Ray reads RAY_AUTH_MODE
+
+    import ray
+    from ray.exceptions import AuthenticationError
+
     target = address or os.environ.get("RAY_ADDRESS") or "auto"
     if target != "auto" and ":" in target and "://" not in target:
         # Ray retries an unreachable GCS for a long time: ask the port first
@@ -37,8 +47,16 @@ def _connect(address: str | None) -> None:
             print(f"storm-on-ray: no Ray cluster reachable at {target} ({e}); start one with "
                   f"`ray start --head` or pass --address", file=sys.stderr)
             raise SystemExit(NO_CLUSTER) from None
+        try:  # a refused token, said at once (ray.init would retry it for about 20 s)
+            check_token(target)
+        except ClusterAuthError as e:
+            print(f"storm-on-ray: {e}", file=sys.stderr)
+            raise SystemExit(AUTH_REFUSED) from None
     try:
         ray.init(address=target, log_to_driver=False, logging_level="ERROR")
+    except AuthenticationError as e:
+        print(f"storm-on-ray: {e}", file=sys.stderr)
+        raise SystemExit(AUTH_REFUSED) from None
     except (ConnectionError, RuntimeError, ValueError) as e:
         print(f"storm-on-ray: no Ray cluster reachable at {address or 'auto'} ({e}); start "
               f"one with `ray start --head` or pass --address", file=sys.stderr)
@@ -109,6 +127,9 @@ def _control(args) -> int:
 
 
 def _submit(args) -> int:
+    from cluster._auth import use_available_token
+
+    use_available_token()  # `ray job submit` sends the token only in token mode
     ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
     cmd = [ray_cli if os.path.exists(ray_cli) else "ray", "job", "submit"]
     if args.address:

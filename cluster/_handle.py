@@ -55,12 +55,8 @@ class TopologyHandle:
                  actors: dict[int, ray.actor.ActorHandle], placement_groups: list,
                  task_worker: dict[int, int],
                  transfers: dict[int, ray.actor.ActorHandle] | None = None,
-                 prefix: str | None = None, detached: bool = False,
-                 topology_ref: ray.ObjectRef | None = None) -> None:
+                 prefix: str | None = None, detached: bool = False) -> None:
         self.prefix = prefix
-        # the topology in the object store: a restarted executor's __init__ reads it again,
-        # so the handle keeps it alive
-        self._topology_ref = topology_ref
         self.detached = detached
         self.name = name
         self.topology = topology
@@ -403,8 +399,8 @@ class TopologyHandle:
 
     def kill(self, wait_secs: float = 0) -> None:
         """Stop every task (``close``/``cleanup`` are called), then free the actors, the
-        placement groups and (for a detached topology) its stored copy. Blocks up to 30 s
-        for ``close``/``cleanup``; a handle from :func:`attach` frees the same.
+        placement groups and its stored copy in the GCS. Blocks up to 30 s for
+        ``close``/``cleanup``; a handle from :func:`attach` frees the same.
 
         Args:
             wait_secs: Storm's ``kill -w``: deactivate the spouts first, then wait this

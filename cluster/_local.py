@@ -8,12 +8,21 @@ from typing import Any
 
 import ray
 
+from cluster._auth import check_token, use_available_token
 from cluster._handle import TopologyHandle
 from cluster._stats import TopologyStats
 from cluster._submit import submit
 from topology import StormTopology, TopologyError
 
 logger = logging.getLogger("storm_on_ray.cluster")
+
+
+def _check_auth(address: str) -> None:
+    """Use the user's token for ``address`` and say at once if the cluster refuses it
+    (``ray.init`` would retry for about 20 s, then call the cluster unreachable)."""
+    use_available_token()
+    if address != "auto" and "://" not in address and ":" in address:
+        check_token(address)
 
 
 class LocalCluster:
@@ -31,7 +40,15 @@ class LocalCluster:
         **ray_init_kwargs: passed to ``ray.init`` when this object starts Ray (with
             ``nodes`` > 1 only ``num_cpus`` is used, per node).
 
+    Ray's token authentication is left as Ray sets it: an embedded Ray has it on (Ray's
+    default), and joining a cluster uses the token Ray keeps for this user
+    (``~/.ray/auth_token``) or the one in ``RAY_AUTH_TOKEN`` (``cluster/_auth.py``).
+
     Use as a context manager: leaving kills its topologies and stops the Ray it started.
+
+    Raises:
+        ClusterAuthError: joining a cluster (at ``host:port``) that refuses this process's
+            token, or requires one and this process has none; raised within about 5 s.
     """
 
     def __init__(self, address: str | None = None, nodes: int = 1,
@@ -43,6 +60,7 @@ class LocalCluster:
         joining = address is not None or bool(os.environ.get("RAY_ADDRESS"))
         if not ray.is_initialized():
             if joining:  # a running cluster (``ray job submit`` sets RAY_ADDRESS)
+                _check_auth(address or os.environ["RAY_ADDRESS"])
                 ray.init(address=address, log_to_driver=True, **ray_init_kwargs)
             elif nodes > 1:
                 from ray.cluster_utils import Cluster

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger("storm_on_ray.spark")
@@ -46,14 +47,40 @@ def check_java() -> str:
     return (out.stderr or out.stdout).splitlines()[0] if (out.stderr or out.stdout) else java
 
 
+#: The Log4j 2 file of Spark's JVMs when ``start_spark(quiet=True)``: WARN and above.
+QUIET_LOG4J2 = Path(__file__).with_name("log4j2-quiet.properties")
+
+
+def quiet_configs() -> dict[str, str]:
+    """The Spark configs that ``start_spark(quiet=True)`` adds: no console progress bar
+    (``spark.ui.showConsoleProgress``), and Spark's JVMs logging WARN and above through
+    :data:`QUIET_LOG4J2` instead of the Log4j file RayDP names (Ray's, at INFO), whose
+    reconfiguration under Spark printed "Reconfiguration failed: No configuration found".
+    A key passed in ``configs`` wins over these."""
+    return {
+        "spark.ui.showConsoleProgress": "false",
+        # RayDP's key for -Dlog4j2.configurationFile of the JVMs it starts (the app master,
+        # which is the Spark driver here, and the executors)
+        "spark.ray.log4j.config.file.name": str(QUIET_LOG4J2),
+    }
+
+
 def start_spark(app_name: str = "storm-on-ray", num_executors: int = 1,
                 executor_cores: int = 1, executor_memory: str = "1GB",
-                configs: dict[str, str] | None = None, **kwargs: Any):
+                configs: dict[str, str] | None = None, quiet: bool = True, **kwargs: Any):
     """Start a Spark session on Ray through RayDP, with the Java 17 flags; returns it.
 
-    Ray must be initialised (``LocalCluster()`` does that). Slow (it starts Spark's JVMs), so
-    start one and keep it: one Spark session per process is a RayDP rule; :func:`stop_spark`
-    ends it.
+    Ray must be initialised (``LocalCluster()`` does that). Slow (it starts Spark's JVMs,
+    about 10 s here), so start one and keep it: one Spark session per process is a RayDP
+    rule; :func:`stop_spark` ends it.
+
+    Args:
+        app_name, num_executors, executor_cores, executor_memory: RayDP's ``init_spark``.
+        configs: Spark configs; they win over the ones set here.
+        quiet: no console progress bar and no INFO logs from Spark's JVMs
+            (:func:`quiet_configs`); warnings and errors still print. ``False`` restores
+            Spark's and RayDP's own settings, as does passing their keys in ``configs``.
+        **kwargs: passed to ``raydp.init_spark``.
 
     Raises:
         SparkUnavailableError: Java is missing, or the ``spark`` extra is not installed.
@@ -78,6 +105,7 @@ def start_spark(app_name: str = "storm-on-ray", num_executors: int = 1,
         "spark.driver.extraJavaOptions": opens,
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "false",
+        **(quiet_configs() if quiet else {}),
         **(configs or {}),
     }
     logger.info("starting Spark on Ray (RayDP): %d executor(s) x %d core(s), %s",

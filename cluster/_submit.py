@@ -36,11 +36,15 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
     different nodes where there are enough).
 
     ``detached=True`` makes a topology that outlives this driver, as a Storm topology
-    outlives ``storm jar``: its actors and placement groups are Ray-detached, and the
-    topology itself is kept in the GCS (``actors/_store.py``) so a restarted executor can
-    read it after the driver has gone. It runs until killed (``handle.kill()``, or
-    ``storm-on-ray kill NAME`` from anywhere). Spouts must not depend on objects the driver
-    owns: a ``DataFrameSpout``'s blocks die with the driver.
+    outlives ``storm jar``: its actors and placement groups are Ray-detached. It runs until
+    killed (``handle.kill()``, or ``storm-on-ray kill NAME`` from anywhere).
+
+    Every topology is kept in the GCS key-value store (``actors/_store.py``) until it is
+    killed, and its executors read it from there, also when Ray restarts one (Storm keeps
+    it in Nimbus's blob store): a restart never depends on an object the driver owns. A
+    spout's own inputs may: a ``DataFrameSpout``'s Arrow blocks are in the driver's object
+    store and die with that driver, so a ``DataFrameSpout`` task restarted after its driver
+    has gone cannot read them.
 
     Raises:
         TopologyError: not a topology, an invalid graph, or a bad name.
@@ -86,9 +90,10 @@ def launch(p: TopologyPlan, name: str, ready_timeout: float = 120,
             f"for {topology.num_tasks} executors in {len(p.workers)} worker(s) within "
             f"{ready_timeout} s; lower topology.component.cpu.pcore.percent or add "
             f"CPUs") from None
-    # a restarted executor reads its topology again: from an object this driver owns, or,
-    # when the topology must outlive the driver, from the GCS
-    topo_ref = store_topology(prefix, topology) if detached else ray.put(topology)
+    # a restarted executor reads its topology again: from the GCS, not from an object this
+    # driver owns (Ray warns at submit about an actor with max_restarts whose constructor
+    # arguments are in the object store, and a detached one could not restart at all)
+    stored = store_topology(prefix, topology)
     options = dict(num_cpus=p.executor_cpu, max_restarts=conf["topology.executor.max.restarts"],
                    lifetime=lifetime)
     # each worker's tasks → their destinations, for its transfer actor (statuses go only
@@ -102,7 +107,7 @@ def launch(p: TopologyPlan, name: str, ready_timeout: float = 120,
         for task in w.tasks:
             actors[task] = ExecutorActor.options(
                 scheduling_strategy=strategy, name=actor_name(prefix, TASK, task), **options,
-            ).remote(name, topo_ref, conf, task, task_worker, prefix)
+            ).remote(name, stored, conf, task, task_worker, prefix)
         if p.with_transfer:
             transfers[w.index] = TransferActor.options(
                 scheduling_strategy=strategy, name=actor_name(prefix, WORKER, w.index),
@@ -118,7 +123,7 @@ def launch(p: TopologyPlan, name: str, ready_timeout: float = 120,
             name=coordinator_name(prefix), lifetime=lifetime,
             max_restarts=conf["topology.executor.max.restarts"]).remote(name)
     handle = TopologyHandle(name, topology, conf, actors, [pg], task_worker, transfers,
-                            prefix=prefix, detached=detached, topology_ref=topo_ref)
+                            prefix=prefix, detached=detached)
     try:
         if coordinator is not None:
             ray.get(coordinator.connect.remote(

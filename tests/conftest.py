@@ -10,6 +10,11 @@ import pytest
 
 import tests.components as components
 
+# For the session's cluster only: ray.cluster_utils.Cluster sets up no token of its own
+# (Ray 2.60), and this process joins it at an explicit address, for which Ray never turns
+# token mode on; off for both keeps them in one mode. (Whether the session would also run
+# with Ray's default is not yet checked.) What a user runs drops it and gets Ray's default:
+# the CLI and `ray job submit` against tests/_util.RayHead, tests/test_examples.py.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 

@@ -1,21 +1,17 @@
 """``ray job submit`` for real (issue 6): a Ray head on loopback with its own ports and temp
-dir, the word-count example submitted with the ``ray job submit`` CLI from the project
-root, the job's status read back through ``JobSubmissionClient``, the head stopped."""
+dir and Ray's token authentication on (issue 23), the word-count example submitted with the
+``ray job submit`` CLI from the project root with the user's token, the job's status read
+back through ``JobSubmissionClient``, the head stopped."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests._util import until
+from tests._util import RayHead, until
 
 ROOT = Path(__file__).resolve().parent.parent
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -23,62 +19,23 @@ RAY = str(Path(sys.executable).with_name("ray"))
 pytestmark = pytest.mark.ray
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def ray_head():
-    """A second Ray cluster (head only) on this machine; yields its dashboard address.
-    Stopped by terminating ``ray start --block`` (never ``ray stop``, which would stop
-    every Ray here, the test session's included)."""
-    gcs, dash, agent, agent_grpc, metrics, runtime_env, client = (
-        _free_port() for _ in range(7))
-    temp = tempfile.mkdtemp(prefix="rj", dir="/tmp")  # short: socket paths have a limit
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAY_AUTH_MODE"] = "disabled"
-    # the job's `python` is the one on the head's PATH: this venv's, as for a user who
-    # started Ray from the activated venv
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    proc = subprocess.Popen(
-        [RAY, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs}",
-         "--include-dashboard=true", "--dashboard-host=127.0.0.1",
-         f"--dashboard-port={dash}", "--num-cpus=2", f"--temp-dir={temp}",
-         # its own ports: the defaults (agent 52365, client 10001...) may be held by the
-         # test session's cluster, and then the head never gets an agent to run jobs
-         f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
-         f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env}",
-         f"--ray-client-server-port={client}",
-         "--disable-usage-stats"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True)
-    address = f"http://127.0.0.1:{dash}"
+    """A second Ray cluster (head only) on this machine with Ray's default token
+    authentication on (``tests._util.RayHead``); yields it."""
+    head = RayHead()
     try:
-        from ray.job_submission import JobSubmissionClient
-
-        def job_server_up() -> bool:
-            assert proc.poll() is None, proc.stdout.read()
-            try:
-                JobSubmissionClient(address).list_jobs()
-                return True
-            except Exception:
-                return False
-
-        until(job_server_up, 120, "the Ray head's job server", interval=1)
-        yield address, env, f"127.0.0.1:{gcs}"
+        head.wait_ready()
+        yield head
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        shutil.rmtree(temp, ignore_errors=True)
+        head.stop()
 
 
 def _job_submit(address: str, env: dict, *entrypoint: str, wait: bool = True):
-    """``ray job submit`` from the project root; returns the process and its output."""
+    """``ray job submit`` from the project root, as the README says to run it against a
+    cluster with authentication on (``RAY_AUTH_MODE=token``: Ray's job client sends the
+    user's token only then); returns the process and its output."""
+    env = {**env, "RAY_AUTH_MODE": "token"}
     tries = []
 
     def submitted() -> bool:
@@ -95,30 +52,47 @@ def _job_submit(address: str, env: dict, *entrypoint: str, wait: bool = True):
     return tries[-1]
 
 
-def test_ray_job_submit_runs_the_wordcount_example(ray_head):
-    from ray.job_submission import JobStatus, JobSubmissionClient
+#: What Ray printed at every submit while executors took the topology as a constructor
+#: argument in the driver's object store (issue 23).
+OBJECT_STORE_ARGS = "constructor arguments in the object store"
 
-    address, env, _ = ray_head
-    proc, out = _job_submit(address, env, "examples/wordcount.py", "--repeat", "500")
+
+def test_ray_job_submit_runs_the_wordcount_example(ray_head):
+    from ray.job_submission import JobStatus
+
+    proc, out = _job_submit(ray_head.dashboard, ray_head.env, "examples/wordcount.py",
+                            "--repeat", "500")
     assert proc.returncode == 0, out[-4000:]
     assert "CHECK PASSED: 27 words, 16,000 counted, 2,500 sentences acked" in out, out[-4000:]
-    client = JobSubmissionClient(address)
+    assert OBJECT_STORE_ARGS not in out, out[-4000:]
+    client = ray_head.client()
     (job,) = [j for j in client.list_jobs() if j.entrypoint.startswith("python examples/")]
     assert client.get_job_status(job.submission_id) == JobStatus.SUCCEEDED
     assert "CHECK PASSED" in client.get_job_logs(job.submission_id)
+
+
+def test_ray_job_submit_with_a_wrong_token_is_refused(ray_head):
+    """The head really has authentication on: a client with another token is refused."""
+    env = {**ray_head.env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "not-the-token"}
+    proc = subprocess.run(
+        [RAY, "job", "submit", "--address", ray_head.dashboard, "--working-dir", ".", "--",
+         "python", "examples/wordcount.py"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "Authentication failed" in proc.stdout + proc.stderr, proc.stderr[-2000:]
 
 
 @pytest.mark.spark
 def test_the_flights_job_submitted_and_watched_with_the_cli(ray_head, tmp_path):
     """The README's path: ``ray job submit`` the flights job (Spark on Ray inside the job),
     watch it with ``storm-on-ray stats flights`` while it runs, and read its result."""
-    from ray.job_submission import JobStatus, JobSubmissionClient
+    from ray.job_submission import JobStatus
 
-    address, env, gcs = ray_head
-    proc, out = _job_submit(address, env, "examples/flights.py", "--out",
+    env, gcs = ray_head.env, ray_head.gcs
+    proc, out = _job_submit(ray_head.dashboard, env, "examples/flights.py", "--out",
                             str(tmp_path / "flights.json"), wait=False)
     assert proc.returncode == 0, out[-4000:]
-    client = JobSubmissionClient(address)
+    client = ray_head.client()
     (job,) = [j for j in client.list_jobs() if "flights.py" in j.entrypoint]
     cli = [str(Path(sys.executable).with_name("storm-on-ray")), "--address", gcs, "stats",
            "flights"]
@@ -139,6 +113,7 @@ def test_the_flights_job_submitted_and_watched_with_the_cli(ray_head, tmp_path):
     logs = client.get_job_logs(job.submission_id)
     assert client.get_job_status(job.submission_id) == JobStatus.SUCCEEDED, logs[-4000:]
     assert "CHECK PASSED: 240 carrier and route totals (336,776 flights)" in logs, logs[-3000:]
+    assert OBJECT_STORE_ARGS not in logs, logs[-3000:]
     assert seen is not None, "storm-on-ray stats never showed the running topology"
     rows = {ln.split()[0] for ln in seen.splitlines()[2:] if ln.strip()}
     assert {"flights", "route_stats", "carrier_stats", "ranking"} <= rows, seen

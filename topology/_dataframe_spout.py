@@ -16,7 +16,8 @@ from topology._errors import TopologyError
 class DataFrameSpout(Spout):
     """Emits the rows of a Spark DataFrame as tuples whose fields are its column names.
 
-    On the driver, the constructor hands the frame to RayDP (``ray.data.from_spark``), which
+    On the driver, the constructor hands the frame to RayDP (``spark_dataframe_to_ray_dataset``,
+    what ``ray.data.from_spark`` calls), which
     writes it into Ray's object store as Arrow blocks; only the block references travel to
     the spout tasks, never the rows, so the frame is never collected on the driver. Each task
     fetches one block at a time (task *k* of *n* reads blocks ``k, k+n, ...``) and emits its
@@ -28,8 +29,8 @@ class DataFrameSpout(Spout):
 
     Args:
         df: a DataFrame of a Spark session started by RayDP (``cluster.start_spark``).
-        parallelism: number of Ray blocks to ask ``from_spark`` for (``None``: RayDP's
-            choice, one per Spark partition).
+        parallelism: number of Ray blocks to ask RayDP for (the frame is repartitioned to
+            it; ``None``: one per Spark partition).
         msg_ids: emit each row with a ``msg_id`` (its running number in this task), so
             acking tracks it; a failed or timed-out row is emitted again, before new rows,
             until acked, or with ``topology.max.replays`` = N until its (1 + N)-th
@@ -58,9 +59,10 @@ class DataFrameSpout(Spout):
     def __init__(self, df: Any, parallelism: int | None = None, msg_ids: bool = False,
                  arrow_batches: bool = False, batch_rows: int = 8192) -> None:
         try:
-            import ray.data
-        except ImportError as e:  # pragma: no cover - ray is a hard dependency
-            raise TopologyError(f"DataFrameSpout needs ray[data]: {e}") from e
+            from raydp.spark import spark_dataframe_to_ray_dataset
+        except ImportError as e:
+            raise TopologyError(f"DataFrameSpout needs RayDP: {e}; install the Spark extra: "
+                                f"pip install 'storm-on-ray[spark]'") from e
         if not hasattr(df, "columns") or not hasattr(df, "schema"):
             raise TopologyError(f"DataFrameSpout needs a Spark DataFrame, got {type(df).__name__}")
         if batch_rows < 1:
@@ -70,7 +72,10 @@ class DataFrameSpout(Spout):
         self._arrow = arrow_batches
         self._batch_rows = batch_rows
         self._msg_ids = msg_ids
-        ds = ray.data.from_spark(df, override_num_blocks=parallelism)
+        # RayDP's conversion itself, which is all that ray.data.from_spark does: Ray 2.60's
+        # from_spark defaults parallelism to None, not -1, so every call printed "The
+        # argument ``parallelism`` is deprecated" and override_num_blocks was ignored
+        ds = spark_dataframe_to_ray_dataset(df, parallelism)
         self._block_refs = ds.to_arrow_refs()
         self.total_rows = ds.count()
         self.total_items = self.total_rows
