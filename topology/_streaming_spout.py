@@ -121,6 +121,40 @@ def block_rows(ds) -> list[tuple[Any, int]]:
     return out
 
 
+def spark_blocks(df) -> list[tuple[Any, int]]:
+    """``(block ref, rows)`` for a Spark micro-batch written into Ray's object store by
+    RayDP's recoverable conversion (what ``ray.data.from_spark`` runs), without building a
+    Ray Dataset: ``from_arrow_refs`` runs a metadata task that asks for one CPU, and a
+    running topology plus Spark's executor may hold every CPU of a small cluster (the
+    first ``foreachBatch`` then hung, with nothing in stats). RayDP's fetch tasks and our
+    row counts ask for none. Where RayDP's internals differ from the pinned 1.6.5, falls
+    back to ``ray.data.from_spark``. Blocks until every block exists.
+    """
+    import ray
+
+    try:
+        from pyspark import StorageLevel
+        from raydp.spark import dataset as raydp_dataset
+
+        fetch = raydp_dataset._fetch_arrow_table_from_executor
+        rdd_ids = raydp_dataset._recoverable_rdd_ids
+    except (ImportError, AttributeError):
+        import ray.data
+
+        return block_rows(ray.data.from_spark(df))
+    sc = df.sparkSession.sparkContext
+    writer = sc._jvm.org.apache.spark.sql.raydp.ObjectStoreWriter
+    info = writer.prepareRecoverableRDD(
+        df._jdf, sc._getJavaStorageLevel(StorageLevel.MEMORY_AND_DISK))
+    rdd_ids[df] = info.rddId()  # so release_spark_recoverable(df) frees Spark's copy
+    locations, schema, agent = info.locations(), info.schemaJson(), info.driverAgentUrl()
+    refs = [fetch.options(num_cpus=0).remote(f"raydp-executor-{locations[i]}", info.rddId(),
+                                             i, schema, agent)
+            for i in range(info.numPartitions())]
+    counts = ray.get([_count_rows.remote(ref) for ref in refs])
+    return list(zip(refs, counts, strict=True))
+
+
 def _count_rows_fn(table) -> int:
     return table.num_rows
 
@@ -313,15 +347,11 @@ class StreamingDataFrameSpout(Spout):
         """``foreachBatch``: one micro-batch into the hand-off; returns once it is complete
         (see the class docstring). Runs in the driver's Py4J callback thread."""
         import ray
-        import ray.data
 
         if df.isEmpty():  # RayDP's from_spark fails on an empty frame
             self.empty_batches += 1
             return
-        ds = ray.data.from_spark(df)
-        blocks = block_rows(ds)
-        # the blocks exist once their fetch tasks finish; then Spark's cached copy can go
-        ray.wait([b for b, _ in blocks], num_returns=len(blocks), fetch_local=False)
+        blocks = spark_blocks(df)  # (they exist now: Spark's cached copy can go)
         try:
             from raydp.spark.dataset import release_spark_recoverable
 
