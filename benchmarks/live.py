@@ -195,7 +195,11 @@ def main() -> None:
     try:
         live = job.start(cluster, spark, out, files, 1.0 / args.days_per_s, args.lag_hours,
                          name="bench-live", screen=PacedScreen(str(flag), capacity),
-                         max_files=args.max_files, prime=args.prime_days)
+                         max_files=args.max_files, prime=args.prime_days,
+                         # paced, a micro-batch of max_files days spends max_files * 900 /
+                         # capacity s in the topology, past Storm's 30 s default: a timeout
+                         # would replay rows, and the check would count them twice
+                         conf={"topology.message.timeout.secs": 600})
         samples, prog = [], {}
         # Spark's first micro-batches are slow (JVM warm-up): the landing waits after the
         # first days until their windows fire, then lands at its pace from there
