@@ -275,7 +275,8 @@ def main() -> None:
         return datetime.fromisoformat(d["timestamp"].replace("Z", "+00:00")).timestamp() * 1000
 
     slowed = [d for _, d in sorted(prog.items())
-              if settle_ms <= started_ms(d) < slow_end_ms and d["numInputRows"] > 0]
+              if settle_ms <= started_ms(d) and d["numInputRows"] > 0
+              and started_ms(d) + d["durationMs"]["triggerExecution"] <= slow_end_ms]
     in_rows = sum(d["numInputRows"] for d in slowed)
     in_s = sum(d["durationMs"]["triggerExecution"] for d in slowed) / 1000
     spark_rate = in_rows / in_s if in_s else 0.0
