@@ -53,14 +53,15 @@ QUIET_LOG4J2 = Path(__file__).with_name("log4j2-quiet.properties")
 
 def quiet_configs() -> dict[str, str]:
     """The Spark configs that ``start_spark(quiet=True)`` adds: no console progress bar
-    (``spark.ui.showConsoleProgress``), and Spark's JVMs logging WARN and above through
-    :data:`QUIET_LOG4J2` instead of the Log4j file RayDP names (Ray's, at INFO), whose
-    reconfiguration under Spark printed "Reconfiguration failed: No configuration found".
-    A key passed in ``configs`` wins over these."""
+    (``spark.ui.showConsoleProgress``), and the Spark driver's JVM (RayDP's app master)
+    logging WARN and above through :data:`QUIET_LOG4J2` instead of the Log4j file RayDP
+    names (Ray's ``log4j2.xml``, at INFO: Spark's listener then logged events at INFO, and
+    Log4j sometimes printed "Reconfiguration failed: No configuration found"). A key passed
+    in ``configs`` wins over these."""
     return {
         "spark.ui.showConsoleProgress": "false",
-        # RayDP's key for -Dlog4j2.configurationFile of the JVMs it starts (the app master,
-        # which is the Spark driver here, and the executors)
+        # RayDP's key for -Dlog4j2.configurationFile of the app master JVM it starts, which
+        # is the Spark driver here
         "spark.ray.log4j.config.file.name": str(QUIET_LOG4J2),
     }
 

@@ -17,10 +17,10 @@ pytestmark = pytest.mark.spark
 
 #: Lines the main job printed that were not its own (issue 23): Ray's error at every
 #: submit about executors' constructor arguments in the driver's object store, Ray's
-#: deprecation warning from every executor, Log4j's failed reconfiguration in Spark's
-#: driver, Spark's console progress bars.
+#: deprecation warnings from every executor and from ray.data.from_spark, Log4j's failed
+#: reconfiguration in Spark's driver, Spark's console progress bars.
 NOT_THE_JOBS = ("constructor arguments in the object store", "RayDeprecationWarning",
-                "Reconfiguration failed", "[Stage ")
+                "``parallelism`` is deprecated", "Reconfiguration failed", "[Stage ")
 
 
 def test_flights_job_checks_itself_against_spark_sql(tmp_path):
