@@ -351,7 +351,7 @@ class PacedSpout(Spout):
             self.i += 1
 
 
-class PacedLatencySink(CollectorBolt):
+class PacedLatencySink(LatencySink):
     """A consumer whose speed is imposed: at most ``max_rate × speed_at(schedule)`` tuples/s
     (sleeping when ahead; full speed before the start), with ``schedules`` mapping a task
     index to its own schedule (others: ``schedule``). Keeps, per tuple, when it ran (wall s)
@@ -361,28 +361,15 @@ class PacedLatencySink(CollectorBolt):
 
     def __init__(self, max_rate: float, schedule: tuple, start_file: str,
                  schedules: dict[int, tuple] | None = None) -> None:
-        super().__init__(max_tuples=10_000_000)
+        super().__init__(work_us=0)
         self.max_rate, self.schedule, self.start_file = max_rate, schedule, start_file
         self.schedules = dict(schedules or {})
 
     def prepare(self, conf, context, collector):
-        super().prepare(conf, context, collector)
-        from array import array
-
+        super().prepare(conf, context, collector)  # (LatencySink's arrays and received)
         self.my_schedule = self.schedules.get(context.task_index, self.schedule)
         self.clock = StartClock(self.start_file)
         self.pacer = Pacer()
-        self._at, self._lat = array("d"), array("d")
-
-    @property
-    def received(self) -> list:
-        # (strict=False: a read while execute appends may see one array a value ahead)
-        pairs = zip(self._at, self._lat, strict=False)
-        return [(self._task, "", 0, "", [t, lat]) for t, lat in pairs]
-
-    @received.setter
-    def received(self, _value) -> None:  # (CollectorBolt's prepare resets it)
-        pass
 
     def execute(self, tup):
         now = time.time()

@@ -33,7 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import ray.cloudpickle  # noqa: E402
 
+import benchmarks._pipeline as pipeline  # noqa: E402
 from benchmarks._common import (  # noqa: E402
     RESULTS,
     SETTLE_S,
@@ -42,6 +44,7 @@ from benchmarks._common import (  # noqa: E402
     reaction_time,
     write_result,
 )
+from benchmarks._pipeline import Pacer  # noqa: E402
 from cluster import LocalCluster  # noqa: E402
 from topology import Bolt, Spout, TopologyBuilder  # noqa: E402
 
@@ -56,31 +59,6 @@ def _speed_at(schedule: tuple, now: float) -> float:
     return speeds[min(max(i, 0), len(speeds) - 1)]
 
 
-class _Pacer:
-    """A running schedule of ``rate`` tuples per second. A caller that fell behind (held
-    back by backpressure) does not build a debt to catch up later: the schedule never lags
-    the clock by more than 10 ms."""
-
-    def __init__(self) -> None:
-        self.next_t = time.monotonic()
-
-    def ready(self, rate: float) -> bool:
-        """True (and the slot is taken) if a tuple is due now; never blocks."""
-        now = time.monotonic()
-        if self.next_t < now - 0.01:
-            self.next_t = now - 0.01
-        if self.next_t > now:
-            return False
-        self.next_t += 1.0 / rate
-        return True
-
-    def sleep(self) -> None:
-        """Sleep until the next slot."""
-        ahead = self.next_t - time.monotonic()
-        if ahead > 0:
-            time.sleep(ahead)
-
-
 class PacedProducer(Spout):
     outputs = ("i",)
 
@@ -89,7 +67,7 @@ class PacedProducer(Spout):
 
     def open(self, conf, context, collector):
         self.emit = collector.emit
-        self.pacer = _Pacer()
+        self.pacer = Pacer()
         self.i = 0
 
     def next_tuple(self):
@@ -107,7 +85,7 @@ class PacedConsumer(Bolt):
         self.max_rate, self.schedule = max_rate, schedule
 
     def prepare(self, conf, context, collector):
-        self.pacer = _Pacer()
+        self.pacer = Pacer()
 
     def execute(self, tup):
         rate = self.max_rate * _speed_at(self.schedule, time.time())
@@ -123,6 +101,7 @@ def main() -> None:
     ap.add_argument("--queue", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=64)
     args = ap.parse_args()
+    ray.cloudpickle.register_pickle_by_value(pipeline)  # (its Pacer, for the actors)
     cluster = LocalCluster(num_cpus=2)
     t0 = time.time() + 5.0  # time to start the topology before the first phase
     prod_sched = (t0, args.phase_seconds, (PRODUCER_SPEED,) * len(CONSUMER_SPEEDS))

@@ -62,18 +62,25 @@ def test_every_policy_completes_the_bolt_cycle(cluster, name, policy):
         cluster, Workers(2), name, {"topology.backpressure.policy": policy})
 
 
+def _submit_two_pipelines(cluster, name, busy_n: int, slow_delay_s: float, free_n: int):
+    """Under the watermark policy, two independent pipelines: "busy" (``busy_n`` tuples)
+    into "slow" (``slow_delay_s`` per tuple, small queue: it passes its high watermark) and
+    "free" (``free_n`` tuples) into "fast", an idle collector. Returns the handle."""
+    b = TopologyBuilder()
+    b.set_spout("busy", SeqSpout(busy_n))
+    b.set_bolt("slow", PassBolt(delay_s=slow_delay_s)).shuffle_grouping("busy")
+    b.set_spout("free", SeqSpout(free_n))
+    b.set_bolt("fast", CollectorBolt(max_tuples=10**6)).shuffle_grouping("free")
+    conf = {"topology.acker.executors": 0, "topology.backpressure.policy": "watermark",
+            "topology.executor.receive.buffer.size": 200, "topology.producer.batch.size": 10}
+    return cluster.submit_topology(name, conf, b.create_topology())
+
+
 def test_watermark_holds_every_spout_while_any_task_is_flagged(cluster, name):
     """Two independent pipelines; only "slow"'s queue passes its high watermark. The other
     spout ("free"), whose own bolt is idle, is held while "slow" is flagged (STORM-886's
     topology-wide throttle), and released once "slow" drains below the low mark."""
-    b = TopologyBuilder()
-    b.set_spout("busy", SeqSpout(1500))
-    b.set_bolt("slow", PassBolt(delay_s=0.002)).shuffle_grouping("busy")
-    b.set_spout("free", SeqSpout(400_000))
-    b.set_bolt("fast", CollectorBolt(max_tuples=10**6)).shuffle_grouping("free")
-    conf = {"topology.acker.executors": 0, "topology.backpressure.policy": "watermark",
-            "topology.executor.receive.buffer.size": 200, "topology.producer.batch.size": 10}
-    handle = cluster.submit_topology(name, conf, b.create_topology())
+    handle = _submit_two_pipelines(cluster, name, 1500, 0.002, 400_000)
     try:
         def throttled():
             s = handle.stats()
@@ -105,14 +112,7 @@ def test_watermark_releases_the_spouts_when_a_flagged_task_restarts(cluster, nam
 
     import ray
 
-    b = TopologyBuilder()
-    b.set_spout("busy", SeqSpout(3000))
-    b.set_bolt("slow", PassBolt(delay_s=0.005)).shuffle_grouping("busy")
-    b.set_spout("free", SeqSpout(200_000))
-    b.set_bolt("fast", CollectorBolt(max_tuples=10**6)).shuffle_grouping("free")
-    conf = {"topology.acker.executors": 0, "topology.backpressure.policy": "watermark",
-            "topology.executor.receive.buffer.size": 200, "topology.producer.batch.size": 10}
-    handle = cluster.submit_topology(name, conf, b.create_topology())
+    handle = _submit_two_pipelines(cluster, name, 3000, 0.005, 200_000)
     try:
         def throttled():
             s = handle.stats()
