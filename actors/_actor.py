@@ -297,6 +297,9 @@ class ExecutorActor:
         # spouts upstream that a NAK slows down
         self._coordinator = None
         self._nak_to: list = []
+        #: the direct status path: the executors in other workers that send to this task
+        self._status_to: list = []
+        self._direct = bool(self.core.conf["topology.backpressure.status.direct"])
         if prefix is not None and not first_start(prefix, actor_name(None, TASK, task_id)):
             self.core.inbound.reconstructed = True
             self._rejoin()
@@ -318,15 +321,22 @@ class ExecutorActor:
         if core.policy.name == "nak":
             handles.update({t: ray.get_actor(actor_name(prefix, TASK, t))
                             for t in core.upstream_spouts})
+        if self._direct:
+            handles.update({t: ray.get_actor(actor_name(prefix, TASK, t))
+                            for t in core.remote_upstream - core.back_sources})
         self.connect(handles, transfers, coordinator)
         if coordinator is not None:  # our flag died with us; a spout learns the throttle
             coordinator.rejoin.remote(core.task_id)
         if self._transfer is not None:
-            try:
-                for wire in ray.get(self._transfer.remote_statuses.remote(), timeout=timeout):
-                    self.apply_backpressure(wire)
-            except Exception as e:  # the transfer actor restarts too: statuses will come
-                core.errors.report(e, "rejoin (backpressure status)")
+            if self._direct:
+                self._ask_remote_destinations(handles)
+            else:
+                try:
+                    for wire in ray.get(self._transfer.remote_statuses.remote(),
+                                        timeout=timeout):
+                        self.apply_backpressure(wire)
+                except Exception as e:  # the transfer actor restarts too: statuses come
+                    core.errors.report(e, "rejoin (backpressure status)")
             self._notify(core.inbound.current_report())
         ups = sorted(core.upstream_open)
         if ups:
@@ -340,6 +350,22 @@ class ExecutorActor:
                     core.errors.report(e, f"rejoin (state of task {t})")
             core.upstream_open.difference_update(done)
         self.start()
+
+    def _ask_remote_destinations(self, handles: dict, timeout: float = 5.0) -> None:
+        """The direct status path after a restart: ask each destination in another worker
+        for its current report, all at once, briefly. One that is restarting too sends its
+        report when it rejoins (to us among its senders), so we need not wait for it."""
+        core = self.core
+        dests = [t for t in core.destinations
+                 if core.task_worker.get(t, 0) != core.worker and t not in core.back_dests
+                 and t in handles]
+        refs = {handles[t].backpressure_report.remote(): t for t in dests}
+        ready = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)[0] if refs else []
+        for ref in ready:
+            try:
+                self.task_status(*ray.get(ref)[:4])
+            except Exception as e:  # restarting too: its report comes when it rejoins
+                core.errors.report(e, f"rejoin (backpressure of task {refs[ref]})")
 
     @ray.method(concurrency_group="control")
     def connect(self, handles: dict, transfers: dict | None = None,
@@ -364,6 +390,10 @@ class ExecutorActor:
         self._coordinator = coordinator
         if core.policy.name == "nak":
             self._nak_to = [handles[t] for t in core.upstream_spouts if t in handles]
+        if self._direct:  # (back edges never hold: their senders need no status)
+            self._status_to = [handles[t] for t in sorted(core.remote_upstream
+                                                          - core.back_sources)
+                               if t in handles]
         worker_of = core.task_worker
         sinks = {}
         for t in core.destinations:
@@ -472,6 +502,14 @@ class ExecutorActor:
         self.core.wakeup.set()
 
     def _notify(self, report: tuple) -> None:
+        """Tell this task's backpressure report ``(task, backlogged, since, seq, reminder)``
+        to its worker's transfer actor (the worker-level status, Storm's path) and, on the
+        direct path, to each executor in another worker that sends to this task."""
+        for h in self._status_to:
+            try:
+                h.task_status.remote(*report[:4])
+            except Exception as e:  # a dead sender: its restart asks us (see _rejoin)
+                self.core.errors.report(e, "backpressure status")
         if self._transfer is None:  # one worker: nobody to tell (a back edge's overflow)
             return
         try:
@@ -499,6 +537,20 @@ class ExecutorActor:
         if report is not None:
             self._notify(report)
         return ack
+
+    @ray.method(concurrency_group="control")
+    def task_status(self, task: int, backlogged: bool, since: float, seq: int) -> None:
+        """A destination task's own backpressure report, sent by its executor (the direct
+        status path, ``topology.backpressure.status.direct``): hold or resume sends to
+        ``task``. ``since`` is the backlog's start (wall-clock s), ``seq`` the report's
+        sequence number (older ones are ignored). Malformed arguments are counted as a bad
+        frame and dropped."""
+        if not (isinstance(task, int) and isinstance(backlogged, bool)
+                and isinstance(since, (int, float)) and isinstance(seq, int)):
+            self._bad_frame(ValueError(
+                f"malformed task status {(task, backlogged, since, seq)!r:.100}"))
+            return
+        self.core.apply_task_status(task, backlogged, float(since), seq)
 
     @ray.method(concurrency_group="control")
     def apply_backpressure(self, status: bytes) -> None:

@@ -248,6 +248,13 @@ class ExecutorCore:
         self.wakeup.set()  # a destination may have cleared: retry pending_emits
         return newly
 
+    def apply_task_status(self, task: int, backlogged: bool, since: float, seq: int) -> bool:
+        """Apply one remote task's own report, sent by its executor (the direct status
+        path; control thread); True if it became backlogged here. Stale ones are ignored."""
+        newly = self.policy.on_task_status(task, backlogged, since, seq)
+        self.wakeup.set()  # a destination may have cleared: retry pending_emits
+        return newly
+
     # -- acking ---------------------------------------------------------------------------
     def flush_acks(self) -> None:
         """Send the acking messages the ledger holds (executor thread)."""

@@ -3,8 +3,9 @@
 Storm 2.0's ``WorkerTransfer`` + Netty client/server (notes/storm2-internals.md §3,
 seeds/storm2-backpressure-model.txt §2), as a threaded Ray actor with concurrency groups
 (``status`` never waits behind data). Threads, not asyncio: a one-way call into a threaded
-actor's group costs less than one into an asyncio actor, and the halt-lag is three such hops
-(benchmarks/halt_lag.py; the A/B figures are in docs/benchmarks.md):
+actor's group costs less than one into an asyncio actor, and on Storm's status path the
+halt-lag is three such hops (benchmarks/halt_lag.py; the A/B figures are in
+docs/benchmarks.md):
 
 * **Sending.** An executor sends a batch for a task of another worker, as a msgpack frame,
   straight to that worker's transfer actor (:meth:`TransferActor.deliver`), wrapped in the
@@ -26,7 +27,10 @@ actor's group costs less than one into an asyncio actor, and the halt-lag is thr
   worker's full :class:`BackPressureStatus` to every connected worker, and to each worker
   that connects (:meth:`~TransferActor.hello`) while a task is backlogged. Nothing is sent
   while no task is backlogged. A received status (:meth:`~TransferActor.backpressure_status`)
-  goes to the local executors that send to the tasks it names.
+  goes to the local executors that send to the tasks it names, on Storm's path only: with
+  ``topology.backpressure.status.direct`` (the default) each executor tells its senders
+  itself, one call instead of these three (docs/design.md), and a status received here is
+  kept for stats and for restarted executors.
 
 * **Restarts.** Submitted with Ray's ``max_restarts``; a restarted instance finds its
   executors and peers by their actor names, greets the peers (each sends its current
@@ -95,6 +99,9 @@ class TransferActor:
         self.worker_id = worker_id
         self.task_worker = dict(task_worker)
         self.max_bytes = conf["topology.transfer.max.frame.bytes"]
+        # the direct status path: executors tell their senders themselves, so a peer's
+        # status is kept here (stats, restarted executors) but not forwarded
+        self._forward = not conf["topology.backpressure.status.direct"]
         self.local = WorkerBackPressure(worker_id, [t for t, w in task_worker.items()
                                                     if w == worker_id])
         self.remote = RemoteBackPressure()
@@ -111,7 +118,8 @@ class TransferActor:
             frames_received=0, bytes_received=0, deliveries_received=0,
             statuses_sent=0, statuses_received=0, stale_statuses=0,
             dropped_unknown_task=0, dropped_bad_payload=0, dropped_oversized=0,
-            dropped_no_peer=0, hellos=0, reminders_sent=0, frames_lost=0)
+            dropped_no_peer=0, hellos=0, reminders_sent=0, frames_lost=0,
+            statuses_forwarded=0)
         # the last status from each peer worker, for a restarted executor of this worker
         self._last_status: dict[int, bytes] = {}
         if prefix is not None and not first_start(prefix, actor_name(None, WORKER, worker_id)):
@@ -267,9 +275,10 @@ class TransferActor:
             self._count("stale_statuses")
             return
         named = set(status.bp_tasks) | set(status.non_bp_tasks)
-        for t, h in self._executors.items():
+        for t, h in self._executors.items() if self._forward else ():
             if self._destinations.get(t, frozenset()) & named:
                 h.apply_backpressure.remote(wire)
+                self._count("statuses_forwarded")
         self._status_lags.extend(x * 1000.0 for x in res[1])
 
     @ray.method(concurrency_group="status")

@@ -113,6 +113,12 @@ class FlowControlPolicy:
         ``now_wall`` is wall-clock seconds (the status's ``since`` is too)."""
         return []
 
+    def on_task_status(self, task: int, backlogged: bool, since: float, seq: int,
+                       now_wall: float | None = None) -> bool:
+        """Apply one remote task's own report (the direct status path); True if the task
+        became backlogged here. ``since`` and ``now_wall`` are wall-clock seconds."""
+        return False
+
     def hold_partial_batch(self, fill: int, batch_size: int, in_flight: bool) -> bool:
         """At a flush: keep a partial batch of ``fill`` tuples back? ``in_flight``: an
         earlier batch to the same destination is not yet acknowledged."""
@@ -222,6 +228,14 @@ class Storm2Policy(FlowControlPolicy):
         newly, lags = res
         self.halt_lags_s.extend(lags)
         return newly
+
+    def on_task_status(self, task: int, backlogged: bool, since: float, seq: int,
+                       now_wall: float | None = None) -> bool:
+        lag = self._remote.apply_task(task, backlogged, since, seq, now_wall)
+        if lag is None:
+            return False
+        self.halt_lags_s.append(lag)
+        return True
 
     def hold_partial_batch(self, fill: int, batch_size: int, in_flight: bool) -> bool:
         return in_flight and fill < batch_size  # (a full batch never waits)

@@ -230,6 +230,7 @@ class RemoteBackPressure:
     def __init__(self) -> None:
         self._flags: dict[int, bool] = {}
         self._last_id: dict[int, int] = {}
+        self._last_seq: dict[int, int] = {}
 
     def is_backlogged(self, task: int) -> bool:
         return self._flags.get(task, False)
@@ -256,6 +257,27 @@ class RemoteBackPressure:
             if flags.get(t, False):
                 flags[t] = False
         return newly, lags
+
+    def apply_task(self, task: int, backlogged: bool, since: float, seq: int,
+                   now: float | None = None) -> float | None:
+        """Apply one task's own report, sent straight from its executor (the direct status
+        path, ``topology.backpressure.status.direct``): ordered per task by ``seq`` (an
+        executor's report sequence, which starts above any earlier incarnation's), so a
+        report that arrives after a later one is ignored.
+
+        Returns:
+            the halt-lag so far in seconds (backlog start to now) if ``task`` became
+            backlogged here, else None.
+        """
+        if seq <= self._last_seq.get(task, -1):
+            return None
+        self._last_seq[task] = seq
+        was = self._flags.get(task, False)
+        self._flags[task] = backlogged
+        if backlogged and not was:
+            now = time.time() if now is None else now
+            return max(0.0, now - since) if since else 0.0
+        return None
 
     def backlogged(self) -> list[int]:
         return sorted(t for t, f in self._flags.items() if f)

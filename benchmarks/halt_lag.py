@@ -2,7 +2,13 @@
 its upstream senders in another worker holding their sends.
 
 Storm 2.0's design quotes 1-2 ms for two workers on one host
-(seeds/storm2-backpressure-model.txt §2); our target is p50 <= 5 ms.
+(seeds/storm2-backpressure-model.txt §2); our target is p50 <= 3 ms.
+
+Two status paths, run side by side in one run (alternating rounds on one Ray, so load on
+this shared host falls on both): ``direct`` (``topology.backpressure.status.direct``, the
+default), where the backlogged task's executor tells its senders itself (one actor call),
+and ``worker`` (Storm's path), executor → its worker's transfer actor → the sending worker's
+transfer actor → the sending executors (three calls).
 
 Topology: spouts ``a_gen`` and ``c_gen`` in worker 0 feed ``b_slow`` in worker 1, which
 busy-waits ``--work-us`` per tuple, so it is backlogged again and again: its receive queue
@@ -10,12 +16,13 @@ fills, arrivals go to its overflow, the transfer actor of worker 1 sends a
 ``BackPressureStatus``, worker 0's transfer actor forwards it to the spouts, and each spout
 records ``now - since`` when its flag for the task turns on (wall clock, one host). The
 backpressure-check timer clears the task once its overflow drains, and the cycle repeats.
+On the direct path the first two hops are replaced by the executor's own call.
 
 How the lag is measured: the receiving executor stamps ``since`` (``time.time()``) when the
 first tuple goes to its overflow; the status carries it; a sender computes the lag when it
 applies the status. Both clocks are this machine's.
 
-    python benchmarks/halt_lag.py [--seconds 30] [--work-us 100]
+    python benchmarks/halt_lag.py [--seconds 30] [--rounds 2] [--work-us 100]
 
 Writes benchmarks/results/halt_lag.json; the last line is `key=value ...`.
 """
@@ -43,15 +50,11 @@ def _p50(xs: list[float]) -> float | None:
     return quantile(xs, 0.5) if xs else None
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=30.0)
-    ap.add_argument("--work-us", type=float, default=100.0)
-    ap.add_argument("--spouts", type=int, choices=(1, 2), default=1,
-                    help="spouts in worker 0 (each one a busy process on this 2-core host)")
-    args = ap.parse_args()
-    ray.cloudpickle.register_pickle_by_value(pipeline)
-    cluster = LocalCluster(num_cpus=2)
+PATHS = {"direct": True, "worker": False}
+
+
+def run_once(cluster: LocalCluster, name: str, direct: bool, args) -> dict:
+    """One submit on one status path; returns its samples and counters."""
     b = TopologyBuilder()
     b.set_spout("a_gen", pipeline.GenSpout(10**12))  # task 1, worker 0
     slow = b.set_bolt("b_slow", pipeline.CountMultiplesOf3(args.work_us)).shuffle_grouping(
@@ -60,40 +63,75 @@ def main() -> None:
         b.set_spout("c_gen", pipeline.GenSpout(10**12))  # task 3, worker 0
         slow.shuffle_grouping("c_gen")
     conf = {"topology.workers": 2, "topology.executor.receive.buffer.size": 4096,
-            "topology.producer.batch.size": 256, "topology.acker.executors": 0}
-    handle = cluster.submit_topology("halt-lag", conf, b.create_topology())
+            "topology.producer.batch.size": 256, "topology.acker.executors": 0,
+            "topology.backpressure.status.direct": direct}
+    handle = cluster.submit_topology(name, conf, b.create_topology())
     assert all(w == (t != 2) * 0 + (t == 2) for t, w in handle.stats().assignment.items())
     time.sleep(args.seconds)  # the run itself: the samples accumulate in the executors
     s = handle.stats()
-    cluster.kill_topology("halt-lag")
+    cluster.kill_topology(name)
+    b_slow = s.component("b_slow")[0]
+    return {"conf": conf, "lags": [x for t in s.tasks for x in t.halt_lags_ms],
+            "reports": b_slow.bp_reports, "overflowed": b_slow.overflowed_total,
+            "statuses_sent": s.workers[1].statuses_sent,
+            "forwarded": s.workers[0].counters["statuses_forwarded"],
+            "report_lags": s.workers[1].counters["report_lags_ms"],
+            "status_lags": s.workers[0].counters["status_lags_ms"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=30.0, help="per round and path")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="rounds; each runs both paths, in alternating order")
+    ap.add_argument("--work-us", type=float, default=100.0)
+    ap.add_argument("--spouts", type=int, choices=(1, 2), default=1,
+                    help="spouts in worker 0 (each one a busy process on this 2-core host)")
+    args = ap.parse_args()
+    ray.cloudpickle.register_pickle_by_value(pipeline)
+    cluster = LocalCluster(num_cpus=2)
+    runs: dict[str, list[dict]] = {p: [] for p in PATHS}
+    for r in range(args.rounds):
+        order = list(PATHS) if r % 2 == 0 else list(PATHS)[::-1]
+        for path in order:
+            runs[path].append(run_once(cluster, f"halt-lag-{path}-{r}", PATHS[path], args))
     cluster.shutdown()
-    lags = [x for t in s.tasks for x in t.halt_lags_ms]
-    slow = s.component("b_slow")[0]
-    if not lags:
-        raise SystemExit("no halt-lag samples: the consumer never became backlogged")
-    result = {
-        "seconds": args.seconds, "consumer_work_us_per_tuple": args.work_us,
-        "config": make_config(conf), "samples": len(lags),
-        "halt_lag_ms": {"p50": quantile(lags, 0.5), "p90": quantile(lags, 0.9),
-                        "p99": quantile(lags, 0.99), "max": max(lags),
-                        "mean": statistics.fmean(lags)},
-        "backlog_episodes_reports": slow.bp_reports,
-        "overflowed_total": slow.overflowed_total,
-        "statuses_sent": s.workers[1].statuses_sent,
-        # the same lag seen at the hops on the way: the receiving worker's transfer actor
-        # (report from the executor) and the sending worker's (status from the peer)
-        "lag_at_receiving_transfer_ms_p50": _p50(s.workers[1].counters["report_lags_ms"]),
-        "lag_at_sending_transfer_ms_p50": _p50(s.workers[0].counters["status_lags_ms"]),
-        "all_lags_ms": sorted(round(x, 3) for x in lags),
-    }
+    result = {"seconds_per_round": args.seconds, "rounds": args.rounds,
+              "consumer_work_us_per_tuple": args.work_us,
+              "config": make_config(runs["direct"][0]["conf"]), "paths": {}}
+    for path, rs in runs.items():
+        lags = [x for r in rs for x in r["lags"]]
+        if not lags:
+            raise SystemExit(f"no halt-lag samples on the {path} path: the consumer never "
+                             f"became backlogged")
+        result["paths"][path] = {
+            "samples": len(lags),
+            "halt_lag_ms": {"p50": quantile(lags, 0.5), "p90": quantile(lags, 0.9),
+                            "p99": quantile(lags, 0.99), "max": max(lags),
+                            "mean": statistics.fmean(lags)},
+            "backlog_episodes_reports": sum(r["reports"] for r in rs),
+            "overflowed_total": sum(r["overflowed"] for r in rs),
+            "statuses_sent": sum(r["statuses_sent"] for r in rs),
+            "statuses_forwarded_to_executors": sum(r["forwarded"] for r in rs),
+            # the same lag seen at the transfer actors on Storm's path: the receiving
+            # worker's (report from the executor) and the sending worker's (peer status)
+            "lag_at_receiving_transfer_ms_p50": _p50([x for r in rs for x in r["report_lags"]]),
+            "lag_at_sending_transfer_ms_p50": _p50([x for r in rs for x in r["status_lags"]]),
+            "all_lags_ms": sorted(round(x, 3) for x in lags),
+        }
     write_result("halt_lag", result)
-    h = result["halt_lag_ms"]
-    print(f"{len(lags)} halt-lag samples over {args.seconds:.0f} s: p50 {h['p50']:.2f} ms, "
-          f"p90 {h['p90']:.2f} ms, p99 {h['p99']:.2f} ms, max {h['max']:.2f} ms; "
-          f"{result['statuses_sent']} statuses sent; p50 on the way: at the receiving "
-          f"transfer actor {result['lag_at_receiving_transfer_ms_p50']} ms, at the sending "
-          f"one {result['lag_at_sending_transfer_ms_p50']} ms")
-    print(f"halt_lag_ms_p50={h['p50']:.2f} halt_lag_ms_p99={h['p99']:.2f} samples={len(lags)}")
+    d, w = result["paths"]["direct"], result["paths"]["worker"]
+    for path, p in result["paths"].items():
+        h = p["halt_lag_ms"]
+        print(f"{path:>6}: {p['samples']} samples over {args.rounds} x {args.seconds:.0f} s: "
+              f"p50 {h['p50']:.2f} ms, p90 {h['p90']:.2f} ms, p99 {h['p99']:.2f} ms; at the "
+              f"receiving transfer actor {p['lag_at_receiving_transfer_ms_p50']} ms, at the "
+              f"sending one {p['lag_at_sending_transfer_ms_p50']} ms")
+    dh, wh = d["halt_lag_ms"], w["halt_lag_ms"]
+    print(f"halt_lag_ms_p50={dh['p50']:.2f} halt_lag_ms_p99={dh['p99']:.2f} "
+          f"worker_path_halt_lag_ms_p50={wh['p50']:.2f} worker_path_halt_lag_ms_p99="
+          f"{wh['p99']:.2f} direct_speedup_p50={wh['p50'] / dh['p50']:.2f} "
+          f"samples={d['samples']}")
 
 
 if __name__ == "__main__":

@@ -120,6 +120,21 @@ def test_remote_flags_are_per_task_and_record_halt_lag():
     assert remote.backlogged() == []
 
 
+def test_direct_task_reports_are_ordered_per_task_and_record_halt_lag():
+    """The direct status path: each task's own reports, ordered by that task's sequence."""
+    remote = RemoteBackPressure()
+    assert remote.apply_task(8, True, 100.0, 5, now=100.003) == pytest.approx(0.003)
+    assert remote.is_backlogged(8)
+    # a reminder: still backlogged, no second halt-lag sample
+    assert remote.apply_task(8, True, 100.0, 6, now=101.0) is None and remote.is_backlogged(8)
+    # another task's reports, with smaller numbers (another process), are its own
+    assert remote.apply_task(9, True, 100.5, 1, now=100.5) == 0.0
+    assert remote.apply_task(8, False, 0.0, 7) is None and not remote.is_backlogged(8)
+    # the report sent before the clear, arriving after it, must not hold task 8 again
+    assert remote.apply_task(8, True, 100.0, 6) is None and not remote.is_backlogged(8)
+    assert remote.backlogged() == [9]
+
+
 def test_status_wire_round_trip_and_malformed_statuses():
     st = BackPressureStatus(1, (2, 5), (3,), 99, {2: 1.5, 5: 2.5})
     back = BackPressureStatus.from_wire(decode_status(encode_status(st.to_wire())))

@@ -45,10 +45,13 @@ def test_workers_spread_over_nodes_and_assignment_in_stats(cluster, name):
             cluster.kill_topology(f"{name}-{placement}")
 
 
-def test_slow_task_holds_only_its_senders(cluster, name):
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-status", "worker-status"])
+def test_slow_task_holds_only_its_senders(cluster, name, direct):
     """Worker 0 runs two spouts, worker 1 their bolts. The slow bolt's task is backlogged and
     its spout holds; the other spout, sending over the same worker-to-worker channel, never
-    holds, and a fast bolt fed by the throttled spout is never named backlogged."""
+    holds, and a fast bolt fed by the throttled spout is never named backlogged. On both
+    status paths: the slow task's executor telling its sender itself, and Storm's
+    worker-level one through the two transfer actors."""
     n_fast = 100_000
     b = TopologyBuilder()
     b.set_spout("s1_src", SeqSpout(n_fast))  # task 1, worker 0
@@ -58,7 +61,7 @@ def test_slow_task_holds_only_its_senders(cluster, name):
     b.set_bolt("s5_local", PassBolt()).shuffle_grouping("s3_src")  # task 5, worker 0
     b.set_bolt("s6_fast", PassBolt()).shuffle_grouping("s3_src")  # task 6, worker 1
     conf = {"topology.workers": 2, "topology.executor.receive.buffer.size": 256,
-            "topology.producer.batch.size": 32}
+            "topology.producer.batch.size": 32, "topology.backpressure.status.direct": direct}
     handle = cluster.submit_topology(name, conf, b.create_topology())
     try:
         assert {t: w for t, w in handle.stats().assignment.items() if t <= 6} == {
@@ -77,6 +80,10 @@ def test_slow_task_holds_only_its_senders(cluster, name):
     # the slow task was backlogged and its spout held; nobody else was ever named
     assert t[4].overflowed_total > 0 and t[3].remote_refusals > 0
     assert len(t[3].halt_lags_ms) > 0
+    # the path taken: worker 0's transfer actor passes statuses on only on Storm's path
+    # (it receives worker 1's statuses on both, for its stats)
+    assert final.workers[0].counters["statuses_received"] > 0
+    assert (final.workers[0].counters["statuses_forwarded"] > 0) != direct
     for s in samples:
         for x in s.tasks:
             assert set(x.remote_backlogged) <= {4}, (x.task, x.remote_backlogged)

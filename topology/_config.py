@@ -132,6 +132,14 @@ _KEYS: list[ConfigKey] = [
               "Storm's hard-coded RESEND_BACKPRESSURE_SIZE, made a key: a backlogged task's "
               "status is sent again after every this many tuples put into its overflow, in "
               "case a status was lost. Counted per task (STORM-3510).", minimum=1),
+    ConfigKey("topology.backpressure.status.direct", (bool,), True,
+              "Not in Storm: a backlogged task's executor sends its status straight to the "
+              "executors in other workers that send to it, one actor call instead of "
+              "Storm's three hops (executor, its worker's transfer actor, the sending "
+              "worker's transfer actor, the sending executor), which shortens the halt-lag "
+              "(benchmarks/halt_lag.py runs both; docs/design.md). The transfer actors keep "
+              "the worker-level status for stats and for workers that (re)connect. False: "
+              "Storm's worker-level path only."),
     ConfigKey("topology.executor.gc.threshold", (int,), 10000,
               "Ours (Storm tunes its JVM's collector through topology.worker.childopts): "
               "Python's generation-0 collection threshold in each executor and transfer "
