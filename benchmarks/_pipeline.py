@@ -244,6 +244,54 @@ class LatencySink(CollectorBolt):
             time.sleep(self.work_s)
 
 
+class TimedDoubleBolt(Bolt):
+    """``(i, emitted_at)`` → ``(2 * i, emitted_at)``: the throughput pipeline's first bolt,
+    carrying the spout's emit time on."""
+
+    outputs = ("i", "emitted_at")
+
+    def prepare(self, conf, context, collector):
+        self.emit = collector.emit
+
+    def execute(self, tup):
+        i, at = tup.values
+        self.emit((2 * i, at))
+
+
+class TimedCountSink(LatencySink):
+    """The throughput pipeline's last bolt: counts multiples of 3 per key
+    (``"k" + str(i % 1000)``), and keeps each tuple's latency from its spout's emit to
+    the start of this ``execute`` as ``LatencySink`` does."""
+
+    def __init__(self) -> None:
+        super().__init__(0.0, busy=False)
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.counts: dict[str, int] = {}
+
+    def execute(self, tup):
+        now = time.time()
+        if self.t0 is None:
+            self.t0 = now
+        self._at.append(now - self.t0)
+        i, at = tup.values
+        self._lat.append(now - at)
+        if i % 3 == 0:
+            k = f"k{i % 1000}"
+            self.counts[k] = self.counts.get(k, 0) + 1
+
+
+def build_live_pipeline(rate: float, duration_s: float):
+    """The throughput pipeline fed by a live source: live (``rate`` tuples/s for
+    ``duration_s``) → double → count-and-time (``TimedCountSink``), shuffle groupings."""
+    b = TopologyBuilder()
+    b.set_spout("live", LiveSpout(rate, duration_s))
+    b.set_bolt("double", TimedDoubleBolt()).shuffle_grouping("live")
+    b.set_bolt("sink", TimedCountSink()).shuffle_grouping("double")
+    return b.create_topology()
+
+
 def build_live(rate: float, duration_s: float, work_us: float):
     """live (rate-controlled) → sink (``work_us`` per tuple), shuffle."""
     b = TopologyBuilder()
