@@ -53,16 +53,21 @@ QUIET_LOG4J2 = Path(__file__).with_name("log4j2-quiet.properties")
 
 def quiet_configs() -> dict[str, str]:
     """The Spark configs that ``start_spark(quiet=True)`` adds: no console progress bar
-    (``spark.ui.showConsoleProgress``), and the Spark driver's JVM (RayDP's app master)
-    logging WARN and above through :data:`QUIET_LOG4J2` instead of the Log4j file RayDP
-    names (Ray's ``log4j2.xml``, at INFO: Spark's listener then logged events at INFO, and
-    Log4j sometimes printed "Reconfiguration failed: No configuration found"). A key passed
-    in ``configs`` wins over these."""
+    (``spark.ui.showConsoleProgress``), and RayDP's app master JVM and the Spark driver's
+    JVM logging WARN and above through :data:`QUIET_LOG4J2` instead of the Log4j files
+    RayDP names (Ray's ``log4j2.xml`` at INFO for the app master, where Spark's listener
+    then logged events at INFO; for the driver a file Log4j did not find, so it printed
+    "Reconfiguration failed: No configuration found"). A key passed in ``configs`` wins
+    over these."""
     return {
         "spark.ui.showConsoleProgress": "false",
         # RayDP's key for -Dlog4j2.configurationFile of the app master JVM it starts, which
         # is the Spark driver here
         "spark.ray.log4j.config.file.name": str(QUIET_LOG4J2),
+        # RayDP's key for -Dlog4j2.configurationFile of the Spark driver's JVM (started in
+        # this process by pyspark): RayDP's default names a file Log4j did not find, which
+        # printed "Reconfiguration failed: No configuration found" at error level
+        "spark.log4j.config.file.name": str(QUIET_LOG4J2),
     }
 
 
