@@ -5,6 +5,9 @@ shuffle groupings, one worker, default config) fed by a live source (``LiveSpout
 rate it keeps, catching up when held). Latency is from the spout's ``emit`` to the start
 of the last bolt's ``execute`` (``time.time()`` in both, one host), for every tuple.
 
+Each ``--batch-sizes`` value (``topology.producer.batch.size``; the first is the default,
+1,000) runs the whole sweep:
+
 1. **Maximum rate**: the source asks for far more than the pipeline takes, for
    ``--max-s`` seconds; the sustained rate is the last bolt's executed tuples over the
    second half of the run (backpressure holds the spout to it).
@@ -16,6 +19,7 @@ A plot of latency against sustained throughput (Storm's and Pathway's way of sho
 goes to benchmarks/results/latency.png.
 
     python benchmarks/latency.py [--max-s 20] [--seconds 20] [--warmup-s 2]
+                                 [--batch-sizes 1000,100]
 
 Writes benchmarks/results/latency.json; the last line is ``key=value ...``.
 """
@@ -52,9 +56,10 @@ def expected_counts(n: int) -> dict[str, int]:
 
 
 def run(cluster: LocalCluster, name: str, rate: float, seconds: float,
-        warmup_s: float) -> dict:
+        warmup_s: float, batch: int) -> dict:
     """One run at ``rate`` tuples/s; returns the sustained rate and the latencies."""
-    h = cluster.submit_topology(name, CONF, pipeline.build_live_pipeline(rate, seconds))
+    h = cluster.submit_topology(name, {**CONF, "topology.producer.batch.size": batch},
+                                pipeline.build_live_pipeline(rate, seconds))
     try:
         if not h.wait(seconds * 4 + 120):
             raise SystemExit(f"{name} did not finish:\n{h.stats().summary()}")
@@ -80,19 +85,21 @@ def run(cluster: LocalCluster, name: str, rate: float, seconds: float,
             "measured_from_s": start, "run_s": end}
 
 
-def chart(rows: list[dict], path: Path) -> None:
+def chart(sweeps: dict[int, list[dict]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    x = [r["sustained_per_s"] for r in rows]
-    for q, style in (("p50", "o-"), ("p99", "s--")):
-        ax.plot(x, [r["latency_ms"][q] for r in rows], style, label=q)
-    for r in rows:
-        ax.annotate(r["label"], (r["sustained_per_s"], r["latency_ms"]["p99"]),
-                    textcoords="offset points", xytext=(4, 4), fontsize=8)
+    for batch, rows in sweeps.items():
+        x = [r["sustained_per_s"] for r in rows]
+        for q, style in (("p50", "o-"), ("p99", "s--")):
+            ax.plot(x, [r["latency_ms"][q] for r in rows], style,
+                    label=f"{q}, batches of {batch}")
+        for r in rows:
+            ax.annotate(r["label"], (r["sustained_per_s"], r["latency_ms"]["p99"]),
+                        textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.set_xlabel("sustained throughput (tuples/s)")
     ax.set_ylabel("emit → last bolt's execute (ms)")
     ax.set_yscale("log")
@@ -107,32 +114,45 @@ def main() -> None:
     ap.add_argument("--max-s", type=float, default=20.0)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--warmup-s", type=float, default=2.0)
+    ap.add_argument("--batch-sizes", default="1000,100",
+                    help="topology.producer.batch.size values, the first one reported first")
     args = ap.parse_args()
+    batches = [int(x) for x in args.batch_sizes.split(",")]
     ray.cloudpickle.register_pickle_by_value(pipeline)
     cluster = LocalCluster(num_cpus=2)
+    sweeps: dict[int, list[dict]] = {}
     try:
-        top = run(cluster, "latency-max", FLOOD, args.max_s, args.warmup_s)
-        top["label"] = "max"
-        rows = []
-        for share in SHARES:
-            r = run(cluster, f"latency-{int(share * 100)}", share * top["sustained_per_s"],
-                    args.seconds, args.warmup_s)
-            r["label"] = f"{int(share * 100)}%"
-            rows.append(r)
+        for batch in batches:
+            top = run(cluster, f"latency-{batch}-max", FLOOD, args.max_s, args.warmup_s,
+                      batch)
+            top["label"] = "max"
+            rows = []
+            for share in SHARES:
+                r = run(cluster, f"latency-{batch}-{int(share * 100)}",
+                        share * top["sustained_per_s"], args.seconds, args.warmup_s, batch)
+                r["label"] = f"{int(share * 100)}%"
+                rows.append(r)
+            sweeps[batch] = rows + [top]
     finally:
         cluster.shutdown()
     write_result("latency", {"config": make_config(CONF), "max_s": args.max_s,
                              "seconds": args.seconds, "warmup_s": args.warmup_s,
-                             "max": top, "runs": rows})
-    chart(rows + [top], RESULTS / "latency.png")
-    for r in rows + [top]:
-        lt = r["latency_ms"]
-        print(f"{r['label']:>4}: sustained {r['sustained_per_s']:,.0f}/s, latency p50 "
-              f"{lt['p50']:.2f} ms, p99 {lt['p99']:.2f} ms, max {lt['max']:.1f} ms")
-    by = {r["label"]: r for r in rows}
-    print(f"max_rate_per_s={top['sustained_per_s']:.0f} "
-          + " ".join(f"latency_ms_{q}_at_{p}pct={by[f'{p}%']['latency_ms'][q]:.2f}"
-                     for p in (10, 50, 90) for q in ("p50", "p99")))
+                             "sweeps": {str(b): rows for b, rows in sweeps.items()}})
+    chart(sweeps, RESULTS / "latency.png")
+    for batch, rows in sweeps.items():
+        for r in rows:
+            lt = r["latency_ms"]
+            print(f"batches of {batch:>4}, {r['label']:>4}: sustained "
+                  f"{r['sustained_per_s']:,.0f}/s, latency p50 {lt['p50']:.2f} ms, p99 "
+                  f"{lt['p99']:.2f} ms, max {lt['max']:.1f} ms")
+    parts = []
+    for k, (batch, rows) in enumerate(sweeps.items()):
+        by = {r["label"]: r for r in rows}
+        suffix = "" if k == 0 else f"_batch{batch}"
+        parts.append(f"max_rate_per_s{suffix}={by['max']['sustained_per_s']:.0f}")
+        parts += [f"latency_ms_{q}_at_{p}pct{suffix}={by[f'{p}%']['latency_ms'][q]:.2f}"
+                  for p in (10, 50, 90) for q in ("p50", "p99")]
+    print(" ".join(parts))
 
 
 if __name__ == "__main__":
