@@ -133,26 +133,29 @@ def test_slow_bolt_throttles_spout_with_bounded_queues(cluster, workers, name):
     b.set_bolt("slow", PassBolt(delay_s=0.001)).shuffle_grouping("src")
     b.set_bolt("sink", CollectorBolt()).shuffle_grouping("slow")
     handle = cluster.submit_topology(name, conf, b.create_topology())
+    src_actor = handle.actors[handle.topology.component_tasks["src"][0]]
     samples = []
     try:
         while not handle.wait(0.2):
-            samples.append(handle.stats())
+            # the tasks' stats are read concurrently, not at one instant: the spout's count
+            # read first, so the spout emitting meanwhile never inflates what is in transit
+            emitted = ray.get(src_actor.stats.remote()).emitted
+            samples.append((emitted, handle.stats()))
         final = handle.stats()
         got = handle.collected("sink")
     finally:
         cluster.kill_topology(name)
     assert len(samples) >= 3
     final_assignment = None
-    for s in samples:
+    for emitted, s in samples:
         for t in s.tasks:
             assert t.queue_population <= cap
             # the spout's emits wait in pendingEmits, bounded by one next_tuple's output
             assert t.pending_emits <= 1
-        spout = s.component("src")[0]
         # in transit: the receive queue, at most 2 batches in Ray's call queue, one batch
         # being filled, one pending emit; from another worker, plus what arrived during the
         # halt-lag, which waits in the overflow queue
-        assert (spout.emitted - s.total("slow", "executed") - s.total("slow", "overflow")
+        assert (emitted - s.total("slow", "executed") - s.total("slow", "overflow")
                 <= cap + 2 * batch + batch + 1 + 1)
         final_assignment = s.assignment
     slow_task = handle.topology.component_tasks["slow"][0]
