@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 _LAZY = {
-    "ActorSink": "actors._actor", "ExecutorActor": "actors._actor",
+    "ActorSink": "actors._sink", "ExecutorActor": "actors._actor",
     "DEFAULT_MAX_FRAME_BYTES": "actors._codec", "FrameError": "actors._codec",
     "decode_batch": "actors._codec", "decode_status": "actors._codec",
     "decode_transfer": "actors._codec", "encode_batch": "actors._codec",

@@ -47,7 +47,7 @@ def _connect(address: str | None) -> None:
             print(f"storm-on-ray: no Ray cluster reachable at {target} ({e}); start one with "
                   f"`ray start --head` or pass --address", file=sys.stderr)
             raise SystemExit(NO_CLUSTER) from None
-        try:  # a refused token, said at once (ray.init would retry it for about 20 s)
+        try:  # a refused token, said at once (ray.init would go on retrying it; tests/test_auth.py)
             check_token(target)
         except ClusterAuthError as e:
             print(f"storm-on-ray: {e}", file=sys.stderr)

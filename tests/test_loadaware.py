@@ -223,7 +223,7 @@ class _Call:
 def _sink(max_inflight: int = 2, remote: bool = False):
     """An ``ActorSink`` of task 2 of ``_topo_one_sink`` to task 1, whose calls are kept
     (answer one with ``calls[i].fut.set_result(seq)``)."""
-    from actors._actor import ActorSink
+    from actors._sink import ActorSink
 
     b = TopologyBuilder()
     b.set_spout("src", SeqSpout(10))
@@ -240,7 +240,7 @@ def _sink(max_inflight: int = 2, remote: bool = False):
 
 def _clock(monkeypatch) -> list[float]:
     """A settable ``time.monotonic`` for ``actors._actor``."""
-    import actors._actor as actor_mod
+    import actors._sink as actor_mod
 
     now = [100.0]
     monkeypatch.setattr(actor_mod.time, "monotonic", lambda: now[0])
@@ -273,7 +273,7 @@ def test_sink_load_is_the_credits_in_use_beyond_the_first(monkeypatch):
 def test_sink_load_is_taken_for_a_while_after_frames_were_lost(monkeypatch):
     """A dead receiver's calls fail at once, which frees the credits: without the hold it
     would look idle, and get the largest share."""
-    from actors._actor import LOST_HOLD_S
+    from actors._sink import LOST_HOLD_S
 
     now = _clock(monkeypatch)
     sink, calls, _ = _sink()

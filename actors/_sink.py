@@ -1,0 +1,225 @@
+"""``ActorSink``: one executor's sends to one destination task, as Ray actor calls with a
+sliding window of credits (see the class docstring); used by ``actors._actor.ExecutorActor``."""
+
+from __future__ import annotations
+
+import time
+
+from ray.exceptions import RayActorError
+
+from actors._codec import encode_batch, encode_transfer
+from actors._executor import EOS_STREAM, ExecutorCore
+from actors._transfer import FRAME_LOST
+
+_EOS_ITEM = (EOS_STREAM, None)
+
+#: Seconds a destination whose frames were lost (its actor died, or its worker's transfer
+#: actor answered FRAME_LOST) stays at full load for the load-aware shuffle
+#: (``ActorSink.load``): Storm's load refresh period. A dead actor's calls fail at once, so
+#: its credits come back at once and, without this, it would look idle and get the largest
+#: share, all lost. Afterwards its share probes it again: a restarting actor's calls wait
+#: in Ray's queue (its credits fill: still full load), a restarted one acknowledges, a
+#: dead one fails again.
+LOST_HOLD_S = 1.0
+
+
+def _deliver(transfer, src_worker: int, dest_task: int, frame: bytes):
+    """Send one frame to the transfer actor of ``dest_task``'s worker (a one-frame payload)."""
+    return transfer.deliver.remote(encode_transfer(src_worker, [(dest_task, frame)]))
+
+
+class ActorSink:
+    """Sends a batch to another executor as one actor call: a sliding window, never blocking.
+
+    Frames to the destination are numbered from 0; each call returns the receiver's
+    cumulative acknowledgement (the highest seq it has fully inserted). At most
+    ``max_inflight`` frames may be sent and not yet acknowledged; the receiver acknowledges
+    a frame only once it is inside its bounded receive queue (same worker), or inside the
+    destination's receive or overflow queue (another worker, through the transfer actors).
+    With the window full the sink takes nothing (returns 0), the sender's emit goes to
+    ``pending_emits``, and memory in transit stays bounded by
+    ``max_inflight × topology.producer.batch.size`` per (sender, receiver) pair.
+
+    Failures: a call that fails because the receiver (or the transfer actor in between)
+    died, or that the transfer actor answers with :data:`FRAME_LOST`, means frames may be
+    lost. The sink then starts a new epoch (a larger number, seq from 0; see
+    ``Inbound.accept_frame``), forgets the calls in flight (their tuples replay through
+    acking) and, if this task already ended its stream, sends its end-of-stream marker
+    again. Ray queues calls to an actor while it restarts, so nothing else waits.
+
+    Args:
+        send: ``send(frame) -> ObjectRef``: the receiver's ``receive``, or for a task in
+            another worker, a one-frame delivery to that worker's transfer actor (whose
+            reply is a list of acknowledgements).
+        remote: True for a task in another worker: a send to it fails at once while its
+            worker's last :class:`BackPressureStatus` names it backlogged. False for a back
+            edge (one that closes a cycle), even across workers: those never hold.
+    """
+
+    __slots__ = ("_send", "_src", "_max", "_inflight", "_core", "dest", "sent_batches",
+                 "_remote", "_may_send", "_next", "_acked", "_epoch", "resets",
+                 "_frame_limit", "cut_frames", "_lost_at", "_progress_at")
+
+    def __init__(self, send, src_task: int, dest_task: int, max_inflight: int,
+                 core: ExecutorCore, remote: bool = False) -> None:
+        self._send = send
+        self._remote = remote
+        self._src = src_task
+        self.dest = dest_task
+        self._max = max_inflight
+        self._inflight: list = []
+        self._core = core
+        self._may_send = core.policy.may_send
+        self._next = 0  # seq of the next frame
+        self._acked = -1  # highest seq the receiver has acknowledged
+        # a restarted sender starts above any epoch of its earlier incarnation
+        self._epoch = time.time_ns() if core.inbound.reconstructed else 0
+        self.sent_batches = 0
+        self.resets = 0
+        self._lost_at = float("-inf")  # monotonic time of the last reset
+        # monotonic time of the last acknowledgement, or of the send that found nothing
+        # unacknowledged: how long the receiver has been silent (see load)
+        self._progress_at = time.monotonic()
+        # a frame stays within half the receive queue's byte bound (and the frame cap), so
+        # one frame never needs more than the queue has (docs/overload.md, byte bounds)
+        c = core.conf
+        limit, bound = c["topology.transfer.max.frame.bytes"], c[
+            "topology.executor.receive.buffer.bytes"]
+        self._frame_limit = min(limit, max(1, bound // 2)) if bound else limit
+        #: batches sent in more than one frame because of the frame byte limit
+        self.cut_frames = 0
+
+    def _reap(self) -> None:
+        # each call's reply is a future (Ray completes it from its own thread), so checking
+        # costs no GIL hand-off: a ray.wait here showed up in py-spy profiles of
+        # benchmarks/acking.py's spout (it releases the GIL, and taking it back waits behind
+        # the receive thread; see docs/benchmarks.md)
+        ready, waiting = [], []
+        for f in self._inflight:
+            (ready if f.done() else waiting).append(f)
+        if not ready:
+            return
+        self._inflight = waiting
+        lost = False
+        for fut in ready:
+            try:
+                ack = fut.result()
+            except RayActorError:  # the receiver or the transfer actor died
+                lost = True
+                continue
+            except Exception as e:  # the receiver raised: a bug, make it visible
+                self._core.errors.report(e, f"send to task {self.dest}")
+                continue
+            if isinstance(ack, list):
+                ack = ack[0] if ack else None
+            if ack == FRAME_LOST:
+                lost = True
+            elif isinstance(ack, int) and ack > self._acked:
+                self._acked = ack
+                self._progress_at = time.monotonic()
+        if lost:
+            self._reset()
+
+    def _reset(self) -> None:
+        """Frames may be lost: start a new epoch (see the class docstring)."""
+        self.resets += 1
+        self._lost_at = time.monotonic()
+        self._epoch = max(time.time_ns(), self._epoch + 1)
+        self._next, self._acked, self._inflight = 0, -1, []
+        if self._core.state in ("ending", "done"):  # the receiver may lack our end marker
+            self._send_frame([_EOS_ITEM])
+
+    def _wake_sender(self, _fut) -> None:
+        self._core.wakeup.set()
+
+    def unacked(self) -> int:
+        """Frames sent to the destination and not yet acknowledged (reaps finished calls)."""
+        if self._inflight and self._next - 1 > self._acked:
+            self._reap()
+        return self._next - 1 - self._acked
+
+    def busy(self) -> bool:
+        """True while an earlier batch to this destination is unacknowledged (non-blocking)."""
+        return self.unacked() > 0
+
+    def load(self) -> float:
+        """How loaded the destination looks from this sender: the load-aware shuffle's
+        signal (``Outbox.load``). Storm's ``LoadAwareShuffleGrouping`` weighs by the queue
+        fill that receiving workers report; here it is what the sender knows, no message:
+
+        * below 1.0, the credits in use beyond the first, as a fraction of the others:
+          Nagle's rule keeps one frame in flight while the next fills, a healthy
+          receiver's normal state, not load (so while nothing lags, the shares stay even);
+        * 1.0 and above, it takes nothing now, and the excess says for how long, in
+          seconds: every credit in use (``max_inflight`` frames unacknowledged: a slow
+          receiver, or a hung or restarting one, which acknowledges nothing), ``1.0 +`` the
+          seconds since its last acknowledgement; frames to it lost in the last
+          :data:`LOST_HOLD_S` (a dead receiver), ``1.0 + LOST_HOLD_S``; refused by the
+          flow-control policy (a task in another worker that its worker names
+          backlogged), 1.0. When every target takes nothing, the shuffle keeps to those
+          that stopped most recently, so a hung or dead one is not picked while a live
+          one is merely full.
+
+        Non-blocking (reaps finished calls); executor thread.
+        """
+        now = time.monotonic()
+        used = self.unacked()  # (reaps: a loss found here starts the hold)
+        if now - self._lost_at < LOST_HOLD_S:
+            return 1.0 + LOST_HOLD_S
+        if used >= self._max:
+            return 1.0 + max(0.0, now - self._progress_at)
+        if self._remote and self.dest in self._core.policy.backlogged_remote():
+            return 1.0
+        return max(0, used - 1) / (self._max - 1)  # (here _max > used >= 0, so _max >= 2)
+
+    def __call__(self, items: list) -> int:
+        if self._remote and not self._may_send(self.dest):  # the flow-control policy
+            return 0
+        if self._next - 1 - self._acked >= self._max and self.unacked() >= self._max:
+            return 0
+        return self._send_frame(items)
+
+    def _send_frame(self, items: list) -> int:
+        """Send a prefix of ``items`` as one frame; returns how many it took: all, or
+        fewer when the frame would pass the frame byte limit (the rest stay in the
+        batch). One tuple always goes, alone if it must."""
+        n = len(items)
+        try:
+            frame = encode_batch(self._src, items, self._next, self._epoch)
+            while len(frame) > self._frame_limit and n > 1:
+                n = max(1, n * self._frame_limit // len(frame))
+                frame = encode_batch(self._src, items[:n], self._next, self._epoch)
+        except TypeError:
+            n = len(items)
+            frame = self._encode_skipping_bad(items)
+        if n < len(items):
+            self.cut_frames += 1
+        fut = self._send(frame).future()
+        fut.add_done_callback(self._wake_sender)  # a credit is back: retry pending_emits
+        self._inflight.append(fut)
+        if self._next - 1 == self._acked:  # nothing was unacknowledged: the wait starts
+            self._progress_at = time.monotonic()
+        self._next += 1
+        self.sent_batches += 1
+        return n
+
+    def _encode_skipping_bad(self, items: list) -> bytes:
+        """The frame of ``items`` without those the codec cannot carry: each is reported,
+        and with acking its trees fail now (reason ``"could not serialise: <error>"``), so
+        its spout replays it or, at ``topology.max.replays``, gives it up as a dead letter
+        (instead of waiting for the timeout). Runs on the executor thread (every send
+        does), so the task's ledger is at hand."""
+        good = []
+        ledger = self._core.ledger
+        for it in items:
+            try:
+                encode_batch(self._src, [it])
+                good.append(it)
+            except TypeError as e:
+                self._core.errors.report(e, "emit (serialisation)")
+                if ledger is not None and len(it) > 2 and it[0] >= 0 and it[2]:
+                    ledger.fail_roots(it[2][::2], f"could not serialise: {e}")
+        return encode_batch(self._src, good, self._next, self._epoch)
+
+    def outstanding(self) -> int:
+        return self._next - 1 - self._acked
