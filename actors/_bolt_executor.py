@@ -43,6 +43,8 @@ class BoltExecutor(ExecutorCore):
         self.ticks = 0
         # told when an upstream task sends no new data (a windowed bolt's watermark)
         self._upstream_ended = getattr(self.obj, "upstream_ended", None)
+        # told when a pass over the queue is done (a windowed bolt's replays after the end)
+        self._end_of_pass = getattr(self.obj, "end_of_pass", None)
         #: upstream tasks drained or ended; DRAINED passed on once all inputs are
         self.upstream_drained: set[int] = set()
         self._drained_sent = False
@@ -206,6 +208,11 @@ class BoltExecutor(ExecutorCore):
                 if q.consume(handle, keep_running, timed):
                     if self._batch_in:
                         self.run_batch()
+                    if self._end_of_pass is not None and self.upstream_drained:
+                        try:
+                            self._end_of_pass()
+                        except Exception as e:  # user code (a window's execute)
+                            self.errors.report(e, "execute")
                     idle = 0
                     continue
                 if not self.upstream_open and q.size() == 0 and q.is_empty_overflow():

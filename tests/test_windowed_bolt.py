@@ -124,6 +124,33 @@ def test_a_failing_window_fails_its_new_tuples_and_they_replay(cluster, name, wo
     assert errors and "window failed" in str(errors)
 
 
+def test_replays_after_the_end_of_stream_fire_without_waiting_for_a_count(cluster, name):
+    """A count window longer than the stream fires only at the end of stream; its execute
+    raises, so its tuples fail and replay after every upstream task has ended. The replays
+    fire at the end of the bolt's pass over its queue, not when a count that will never come
+    is reached: the topology completes with every row counted once (before, the replays
+    waited, timed out and replayed until the wait gave up, as in one CI run)."""
+    rows = _rows(30, seed=11)
+    b = TopologyBuilder()
+    b.set_spout("rows", IterableSpout(rows, ("ts", "word"), msg_ids=True))
+    b.set_bolt("win", WindowWordCount(fail_first=True).with_tumbling_window(Count(1000))
+               ).global_grouping("rows")
+    b.set_bolt("out", CollectorBolt()).global_grouping("win")
+    handle = cluster.submit_topology(name, {"topology.message.timeout.secs": 600},
+                                     b.create_topology())
+    try:
+        assert handle.wait(120), handle.stats().summary()
+        got, stats = handle.collected("out"), handle.stats()
+    finally:
+        cluster.kill_topology(name)
+    total = Counter()
+    for *_, (_, _, word, n) in got:
+        total[word] += n
+    assert total == Counter(w for _, w in rows)
+    assert stats.total("rows", "failed") == len(rows)
+    assert stats.total("rows", "acked") == len(rows)
+
+
 def test_late_tuples_go_to_the_late_stream(cluster, name):
     """Rows out of order by more than the lag are late: they reach the late stream with
     their source, values and timestamp; windows plus late rows account for every row.

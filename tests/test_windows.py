@@ -975,6 +975,28 @@ def test_processing_time_windows_fire_when_every_upstream_task_has_ended_then_go
     assert [f.window.get() for f in last] == [["replay"]] and last[-1].done == ["replay"]
 
 
+def test_replays_after_every_upstream_ended_fire_at_the_end_of_a_pass():
+    """Replays that come after the end fill a window short of its count: the pass's end
+    fires them (else they would wait for a count that never comes, time out and replay for
+    ever); never while an upstream task is live, never twice, never in event time."""
+    engine = WindowEngine(WindowSpec(Count(5), Count(5)), [1, 2])
+    for i in range(3):
+        engine.add(f"a{i}", 1, None, i)
+    engine.upstream_ended(1, 3)
+    assert engine.flush_after_end() == [] and engine.held == 3      # task 2 is live
+    assert [f.window.get() for f in engine.upstream_ended(2, 4)] == [["a0", "a1", "a2"]]
+    assert engine.flush_after_end() == []                           # nothing held
+    engine.add("r1", 1, None, 5)
+    engine.add("r2", 2, None, 6)
+    fires = engine.flush_after_end()
+    assert [f.window.get() for f in fires] == [["r1", "r2"]] and fires[-1].done == ["r1", "r2"]
+    assert engine.held == 0 and engine.flush_after_end() == []
+    timed = event_engine(Duration(10), Duration(10), tasks=(1,))
+    timed.add("a", 1, 100, 0)
+    timed.upstream_ended(1, 0)
+    assert timed.flush_after_end() == [] and timed.add("late", 1, 50, 0) is None
+
+
 # -- the executor's stats ----------------------------------------------------------------------
 
 

@@ -313,9 +313,10 @@ class WindowEngine:
         with tuples fires, as at :meth:`close` (later tuples, replays, are late).
         Processing time: once every upstream task has ended, every window with tuples fires
         as at :meth:`close`, and later tuples (replays) start new windows, fired at the
-        next trigger or at :meth:`close`. Without this a finite stream with acking would
-        wait for ever: its spouts end their streams only once every tree is acked, and the
-        trees in open windows are acked only when the windows fire.
+        next trigger, at :meth:`flush_after_end` or at :meth:`close`. Without this a finite
+        stream with acking would wait for ever: its spouts end their streams only once
+        every tree is acked, and the trees in open windows are acked only when the windows
+        fire.
 
         Returns:
             The fires, in window order.
@@ -329,6 +330,25 @@ class WindowEngine:
         fires: list[Fire] = []
         if not self._upstream - self._ended:
             self._flush(fires)
+        return fires
+
+    def flush_after_end(self) -> list[Fire]:
+        """Processing time, once every upstream task has ended: fire the windows holding
+        tuples that came after the end (replays of failed or timed-out trees), as at
+        :meth:`upstream_ended`. Call it when a pass over the input queue is done, so the
+        replays that arrived together share windows. Without it a count window short of its
+        count would hold its replays until their trees time out, replay again, and be held
+        again: the stream could never end. A no-op in event time (replays after the end
+        are late) and while an upstream task is live.
+
+        Returns:
+            The fires, in window order (``[]`` when nothing is held).
+        """
+        if (self._closed or self._event_time or self._upstream - self._ended
+                or self._done_hi == self._base + len(self._ts)):
+            return []
+        fires: list[Fire] = []
+        self._flush(fires)
         return fires
 
     def close(self, now_ms: int) -> list[Fire]:

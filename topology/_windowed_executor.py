@@ -188,6 +188,15 @@ class WindowedBoltExecutor(Bolt):
         if self.engine is not None:
             self._fire(self.engine.upstream_ended(task, now_ms()))
 
+    def end_of_pass(self) -> None:
+        """The executor has taken every tuple in its queue (executor thread): fire the
+        windows of replays that came after every upstream task ended (see
+        ``WindowEngine.flush_after_end``)."""
+        if self.engine is not None:
+            fires = self.engine.flush_after_end()
+            if fires:
+                self._fire(fires)
+
     def finish(self) -> None:
         """End of every input: every open window fires, then the user's ``finish``."""
         self._fire(self.engine.close(now_ms()))
