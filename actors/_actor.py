@@ -21,6 +21,7 @@ from collections import deque
 
 import ray
 
+from actors._chain import ChainLink
 from actors._codec import FrameError, decode_batch, decode_status
 from actors._coordinator import coordinator_name
 from actors._executor import make_executor
@@ -73,9 +74,18 @@ class ExecutorActor:
         if isinstance(topology, StoredTopology):
             topology = topology.load()
         self.core = make_executor(topology_name, topology, conf, task_id, task_worker)
+        #: this task's core and those of the tasks chained into it (actors/_chain.py)
+        self.cores = {task_id: self.core}
+        members = [make_executor(topology_name, topology, conf, t, task_worker)
+                   for t in topology.chain_of(task_id)]
+        if members:
+            self.core.host_chain(members)
+            self.cores.update({m.task_id: m for m in members})
+        #: task id → the task whose actor runs it (chained tasks only)
+        self._hosts = topology.chain_hosts()
         tune_gc(self.core.conf["topology.executor.gc.threshold"])
         self._max_frame = self.core.conf["topology.transfer.max.frame.bytes"]
-        self._sinks: list[ActorSink] = []
+        self._sinks: dict[int, list[ActorSink]] = {t: [] for t in self.cores}
         self._transfer = None
         self._bp_thread: threading.Thread | None = None
         self._prefix = prefix
@@ -95,9 +105,10 @@ class ExecutorActor:
         core, prefix = self.core, self._prefix
         logger.warning("%s:%d: restarted by Ray; rejoining topology %r", core.component_id,
                        core.task_id, core.topology_name)
-        handles = {t: ray.get_actor(actor_name(prefix, TASK, t)) for t in core.destinations
-                   if t != core.task_id}
-        workers = {core.task_worker.get(t, 0) for t in core.destinations} | {core.worker}
+        named = self._actor_of
+        dests = {t for c in self.cores.values() for t in c.destinations} - set(self.cores)
+        handles = {t: named(t) for t in dests}
+        workers = {core.task_worker.get(t, 0) for t in dests} | {core.worker}
         transfers = {}
         if len(set(core.task_worker.values())) > 1:
             transfers = {w: ray.get_actor(actor_name(prefix, WORKER, w)) for w in workers}
@@ -105,11 +116,9 @@ class ExecutorActor:
         if core.policy.name == "watermark":
             coordinator = ray.get_actor(coordinator_name(prefix))
         if core.policy.name == "nak":
-            handles.update({t: ray.get_actor(actor_name(prefix, TASK, t))
-                            for t in core.upstream_spouts})
+            handles.update({t: named(t) for t in core.upstream_spouts})
         if self._direct:
-            handles.update({t: ray.get_actor(actor_name(prefix, TASK, t))
-                            for t in core.remote_upstream - core.back_sources})
+            handles.update({t: named(t) for t in core.remote_upstream - core.back_sources})
         self.connect(handles, transfers, coordinator)
         if coordinator is not None:  # our flag died with us; a spout learns the throttle
             coordinator.rejoin.remote(core.task_id)
@@ -129,23 +138,26 @@ class ExecutorActor:
             done = []
             for t in ups:
                 try:
-                    if ray.get(ray.get_actor(actor_name(prefix, TASK, t)).is_done.remote(),
-                               timeout=timeout):
+                    if ray.get(named(t).is_done.remote(t), timeout=timeout):
                         done.append(t)
                 except Exception as e:  # restarting too: its end marker will come
                     core.errors.report(e, f"rejoin (state of task {t})")
             core.upstream_open.difference_update(done)
         self.start()
 
+    def _actor_of(self, task: int):
+        """The actor running ``task`` (its host's for a chained task), by name."""
+        return ray.get_actor(actor_name(self._prefix, TASK, self._hosts.get(task, task)))
+
     def _ask_remote_destinations(self, handles: dict, timeout: float = 5.0) -> None:
         """The direct status path after a restart: ask each destination in another worker
         for its current report, all at once, briefly. One that is restarting too sends its
         report when it rejoins (to us among its senders), so we need not wait for it."""
         core = self.core
-        dests = [t for t in core.destinations
-                 if core.task_worker.get(t, 0) != core.worker and t not in core.back_dests
-                 and t in handles]
-        refs = {handles[t].backpressure_report.remote(): t for t in dests}
+        dests = sorted({t for c in self.cores.values() for t in c.destinations
+                        if c.task_worker.get(t, 0) != c.worker and t not in c.back_dests
+                        and t in handles})
+        refs = {handles[t].backpressure_report.remote(t): t for t in dests}
         ready = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)[0] if refs else []
         for ref in ready:
             try:
@@ -180,11 +192,20 @@ class ExecutorActor:
             self._status_to = [handles[t] for t in sorted(core.remote_upstream
                                                           - core.back_sources)
                                if t in handles]
+        for c in self.cores.values():
+            self._connect_core(c, handles, transfers)
+
+    def _connect_core(self, core, handles: dict, transfers: dict) -> None:
+        """One core's sinks (see :meth:`connect`); a task chained into this actor gets a
+        ``ChainLink``: its sender calls it directly."""
         worker_of = core.task_worker
-        sinks = {}
+        sinks: dict = {}
         for t in core.destinations:
             if t == core.task_id:
                 sinks[t] = core.local_sink()
+                continue
+            if t in self.cores:
+                sinks[t] = ChainLink(self.cores[t])
                 continue
             w = worker_of.get(t, 0)
             back = t in core.back_dests  # closes a cycle: never blocks, never holds
@@ -198,29 +219,30 @@ class ExecutorActor:
                 s = ActorSink(functools.partial(_deliver, transfers[w], core.worker, t),
                               core.task_id, t, core.policy.credits(t), core,
                               remote=not back)
-            self._sinks.append(s)
+            self._sinks[core.task_id].append(s)
             sinks[t] = s
         core.connect(sinks)
 
     @ray.method(concurrency_group="control")
     def start(self) -> None:
         core = self.core
-        self._metrics = TaskMetrics(core, core.conf["topology.stall.timeout.secs"])
+        self._metrics = {t: TaskMetrics(c, c.conf["topology.stall.timeout.secs"])
+                         for t, c in self.cores.items()}
         core.start()
         if core.conf["topology.executor.gc.threshold"]:
             freeze_startup_objects()
-        threading.Thread(target=self._metrics_timer, daemon=True,
-                         name=f"metrics-{core.task_id}").start()
+        for t, c in self.cores.items():
+            threading.Thread(target=self._metrics_timer, args=(c, self._metrics[t]),
+                             daemon=True, name=f"metrics-{t}").start()
         if (self.core.remote_upstream or self.core.back_sources
                 or (self.core.policy.watches_fill and not self.core.is_spout)):
             self._bp_thread = threading.Thread(target=self._bp_check_timer, daemon=True,
                                                name=f"bp-check-{self.core.task_id}")
             self._bp_thread.start()
 
-    def _metrics_timer(self) -> None:
-        """Every ``topology.metrics.interval.secs``: close the metrics interval and export
-        it through ``ray.util.metrics``; logs each backpressure-level change once."""
-        core = self.core
+    def _metrics_timer(self, core, metrics: TaskMetrics) -> None:
+        """Every ``topology.metrics.interval.secs``: close ``core``'s metrics interval and
+        export it through ``ray.util.metrics``; logs each backpressure-level change once."""
         period = core.conf["topology.metrics.interval.secs"]
         try:
             export = RayMetricsExport(core.topology_name, core.component_id, core.task_id)
@@ -230,8 +252,9 @@ class ExecutorActor:
         level = "OK"
         while not core._stop:
             time.sleep(period)
-            m = self._metrics.sample()
-            if m.interval_s and m.busy_time_ms_per_second is not None:
+            m = metrics.sample()
+            if (m.interval_s and m.busy_time_ms_per_second is not None
+                    and core.chain_host is None):
                 bound = core.policy.on_interval(m.executed_per_s or 0.0,
                                                 m.busy_time_ms_per_second / 1000.0,
                                                 core.queue.capacity, time.monotonic())
@@ -336,7 +359,8 @@ class ExecutorActor:
             self._bad_frame(ValueError(
                 f"malformed task status {(task, backlogged, since, seq)!r:.100}"))
             return
-        self.core.apply_task_status(task, backlogged, float(since), seq)
+        for c in self.cores.values():
+            c.apply_task_status(task, backlogged, float(since), seq)
 
     @ray.method(concurrency_group="control")
     def apply_backpressure(self, status: bytes) -> None:
@@ -346,7 +370,8 @@ class ExecutorActor:
         except ValueError as e:
             self._bad_frame(e)
             return
-        self.core.apply_backpressure(st)
+        for c in self.cores.values():
+            c.apply_backpressure(st)
 
     # Frames are not Ray task events (the dashboard's task list): one per batch, they would
     # flood the GCS, and recording them costs CPU on both sides of each call
@@ -378,31 +403,53 @@ class ExecutorActor:
             logger.warning("%s:%d dropped a bad frame (%d so far): %s", core.component_id,
                            core.task_id, n, e)
 
-    @ray.method(concurrency_group="control")
-    def stats(self) -> TaskStats:
-        """This task's :class:`actors._stats.TaskStats`, with its last closed metrics
-        interval and its sinks' figures (answered on the control group, even under load)."""
-        m = getattr(self, "_metrics", None)
-        return self.core.stats(m.last if m is not None else None).with_sinks(self._sinks)
+    def _core(self, task: int | None):
+        """The core of ``task`` (this actor's own for None).
+
+        Raises:
+            KeyError: ``task`` does not run in this actor.
+        """
+        if task is None:
+            return self.core
+        try:
+            return self.cores[task]
+        except KeyError:
+            raise KeyError(f"task {task} does not run in the actor of task "
+                           f"{self.core.task_id} (which runs {sorted(self.cores)})") from None
 
     @ray.method(concurrency_group="control")
-    def collected(self) -> list:
+    def stats(self, task: int | None = None) -> TaskStats:
+        """The :class:`actors._stats.TaskStats` of ``task`` (this actor's own task for
+        None; a task chained into it otherwise), with its last closed metrics interval and
+        its sinks' figures (answered on the control group, even under load).
+
+        Raises:
+            KeyError: ``task`` does not run in this actor.
+        """
+        core = self._core(task)
+        m = getattr(self, "_metrics", {}).get(core.task_id)
+        return core.stats(m.last if m is not None else None).with_sinks(
+            self._sinks[core.task_id])
+
+    @ray.method(concurrency_group="control")
+    def collected(self, task: int | None = None) -> list:
         """What a ``CollectorBolt`` or ``DeadLetterSink`` task holds (its ``received``;
-        ``[]`` for other components)."""
-        return list(getattr(self.core.obj, "received", []))
+        ``[]`` for other components). ``task`` as in :meth:`stats`."""
+        return list(getattr(self._core(task).obj, "received", []))
 
     @ray.method(concurrency_group="control")
-    def sink_table(self):
+    def sink_table(self, task: int | None = None):
         """A ``DatasetSink`` task's rows as one ``pyarrow.Table`` (None if this task's
-        component is not a DatasetSink or nothing arrived)."""
-        f = getattr(self.core.obj, "arrow_table", None)
+        component is not a DatasetSink or nothing arrived). ``task`` as in :meth:`stats`."""
+        f = getattr(self._core(task).obj, "arrow_table", None)
         return f() if callable(f) else None
 
     @ray.method(concurrency_group="control")
-    def task_state(self, attr: str):
-        """The value of attribute ``attr`` of this task's spout or bolt object (None if it
-        has none): introspection for tests and notebooks, e.g. a spout's acked ids."""
-        v = getattr(self.core.obj, attr, None)
+    def task_state(self, attr: str, task: int | None = None):
+        """The value of attribute ``attr`` of a task's spout or bolt object (None if it
+        has none): introspection for tests and notebooks, e.g. a spout's acked ids.
+        ``task`` as in :meth:`stats`."""
+        v = getattr(self._core(task).obj, attr, None)
         return list(v) if isinstance(v, (list, tuple, set, frozenset, deque)) else v
 
     @ray.method(concurrency_group="control")
@@ -416,15 +463,18 @@ class ExecutorActor:
         self.core.set_draining()
 
     @ray.method(concurrency_group="control")
-    def is_done(self) -> bool:
-        """True once this task has ended its stream (never blocks)."""
-        return self.core.done.is_set() and self.core.state == "done"
+    def is_done(self, task: int | None = None) -> bool:
+        """True once the task has ended its stream (never blocks); ``task`` as in
+        :meth:`stats`."""
+        core = self._core(task)
+        return core.done.is_set() and core.state == "done"
 
     @ray.method(concurrency_group="control")
-    def backpressure_report(self) -> tuple:
-        """This task's current backpressure state as a transfer-actor report
-        ``(task, backlogged, since, seq, reminder)`` (for a restarted transfer actor)."""
-        return self.core.inbound.current_report()
+    def backpressure_report(self, task: int | None = None) -> tuple:
+        """The task's current backpressure state as a transfer-actor report
+        ``(task, backlogged, since, seq, reminder)`` (for a restarted transfer actor);
+        ``task`` as in :meth:`stats`."""
+        return self._core(task).inbound.current_report()
 
     @ray.method(concurrency_group="control")
     def pid(self) -> int:
@@ -437,5 +487,11 @@ class ExecutorActor:
 
     @ray.method(concurrency_group="wait")
     def wait_done(self, timeout: float | None = None) -> bool:
-        """Block until the task has ended its stream (or ``timeout`` s); True if it has."""
-        return self.core.done.wait(timeout)
+        """Block until the task, and every task chained into it, has ended its stream (or
+        ``timeout`` s); True if they have."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for c in self.cores.values():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not c.done.wait(left):
+                return False
+        return True

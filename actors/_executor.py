@@ -107,7 +107,7 @@ class ExecutorCore:
         self.links = links = task_links(topology, task_id, task_worker)
         self.destinations = links.destinations
         # the tasks of the components subscribing to this one (no acking links)
-        self._data_destinations = tuple(topology.downstream_tasks(cid))
+        self._data_destinations = tuple(topology.downstream_tasks(cid, task_id))
         self.back_dests, self.back_sources = links.back_dests, links.back_sources
         self.remote_upstream = links.remote_upstream
         #: the spout tasks whose streams reach this task (the senders a NAK slows down)
@@ -173,6 +173,20 @@ class ExecutorCore:
         self.started_at = 0.0
         self.finished_at = 0.0
         self._thread: threading.Thread | None = None
+        #: operator chains (actors/_chain.py): the tasks this executor runs besides its
+        #: own, in chain order (each one's source before it), and, for such a task, the
+        #: executor running it
+        self.chained: list[ExecutorCore] = []
+        self.chain_host: ExecutorCore | None = None
+
+    def host_chain(self, members: list[ExecutorCore]) -> None:
+        """Run ``members`` (chained tasks, each after its source) in this executor: they
+        share its thread and its wakeup event; connect them (``ChainLink`` sinks) before
+        :meth:`start`."""
+        self.chained = list(members)
+        for m in members:
+            m.chain_host = self
+            m.wakeup = self.wakeup
 
     def _make_ledger(self, topology: StormTopology, c: dict):
         ackers, spouts = topology.acker_tasks, topology.spout_tasks
@@ -303,6 +317,8 @@ class ExecutorCore:
         """Wait for input under the idle strategy, until the wakeup event: cleared first,
         then the queues are checked, so an insert after the check ends the wait."""
         self.flush_acks()
+        for m in self.chained:
+            m.flush_acks()
         self.wakeup.clear()
         q = self.queue
         if q.size() or not q.is_empty_overflow():
@@ -317,6 +333,8 @@ class ExecutorCore:
         backlog clearing) or for input, under the backpressure strategy; as :meth:`_idle`,
         the event is cleared before one more attempt."""
         self.flush_acks()
+        for m in self.chained:
+            m.flush_acks()
         self.wakeup.clear()
         pending = self.outbox.pending_emits
         if pending and self.outbox.try_flush_pending():
@@ -333,7 +351,8 @@ class ExecutorCore:
     def _has_flushable(self) -> bool:
         """True while a partial batch, acking values or dropped trees wait to leave."""
         return bool((self.ledger is not None and self.ledger.held_values)
-                    or self.inbound.has_dropped_roots or self.outbox.has_partial())
+                    or self.inbound.has_dropped_roots or self.outbox.has_partial()
+                    or any(m._has_flushable() for m in self.chained))
 
     def _flush(self) -> None:
         """Storm's FlushTuple: trees dropped at an overflow cap fail, the acking messages
@@ -366,20 +385,60 @@ class ExecutorCore:
             line = self.shedder.interval_report(now)
             if line is not None:
                 logger.warning("%s:%d: %s", self.component_id, self.task_id, line)
+        for m in self.chained:  # their flushes and ticks (their queues hold only ticks)
+            if m.state == "running":
+                m._timers(False)
+                if m.queue.size():
+                    m.queue.consume(m.handle)
 
     def _wait_limit(self) -> float | None:
         """How long an idle wait may last: until the next flush while something waits to
         leave, else unbounded (None: the wait strategy's own)."""
-        if self._next_flush == float("inf") or not self._has_flushable():
-            return None
-        return max(0.0, self._next_flush - time.monotonic())
+        limit = None
+        if self._next_flush != float("inf") and self._has_flushable():
+            limit = max(0.0, self._next_flush - time.monotonic())
+        for m in self.chained:
+            lm = m._wait_limit()
+            if lm is not None and (limit is None or lm < limit):
+                limit = lm
+        return limit
 
     def start(self) -> None:
-        """Call ``open``/``prepare`` and start the executor thread.
+        """Call ``open``/``prepare`` and start the executor thread (the chained tasks'
+        ``prepare`` first, last task first, so a tuple never reaches an unprepared bolt).
 
         Raises:
             Exception: what ``open``/``prepare`` raised (also reported; state "failed").
         """
+        for m in reversed(self.chained):
+            m._start_in_chain()
+        self._open()
+        self._thread = threading.Thread(target=self.run, daemon=True,
+                                        name=f"executor-{self.component_id}-{self.task_id}")
+        self._thread.start()
+
+    def _start_in_chain(self) -> None:
+        """A chained task's start: ``prepare``, no thread (its host's runs it)."""
+        self._open()
+
+    def end_in_chain(self) -> None:
+        """A chained task's end, on its host's thread, once its input has ended: the
+        bolt's ``finish()``, then its own end of stream (which ends the tasks chained
+        after it)."""
+        if self.state != "running":
+            return
+        try:
+            self.obj.finish()
+        except Exception as e:
+            self.errors.report(e, "finish")
+        try:
+            self._end_stream()
+        finally:
+            self.finished_at = time.time()
+            self.state = "done" if not self._stop else "killed"
+            self.done.set()
+
+    def _open(self) -> None:
         self.state = "starting"
         try:
             if self.is_spout:
@@ -395,9 +454,6 @@ class ExecutorCore:
         if self._flush_interval_s:
             self._next_flush = time.monotonic() + self._flush_interval_s
         self.state = "running"
-        self._thread = threading.Thread(target=self.run, daemon=True,
-                                        name=f"executor-{self.component_id}-{self.task_id}")
-        self._thread.start()
 
     def run(self) -> None:
         """The executor thread: Storm's spout or bolt loop until end of stream or stop."""
@@ -414,6 +470,11 @@ class ExecutorCore:
             if self.state != "failed":
                 self.state = "done" if not self._stop else "killed"
             self.done.set()
+            for m in self.chained:  # ended with their input, unless this loop did not
+                if not m.done.is_set():
+                    m.finished_at = self.finished_at
+                    m.state = "killed" if self._stop else "failed"
+                    m.done.set()
 
     def _end_stream(self) -> None:
         """Send end-of-stream after all data to every downstream task, and push it all out."""
@@ -450,6 +511,8 @@ class ExecutorCore:
         """Stop the loop (kill), interrupt blocked receivers, call ``close``/``cleanup``;
         waits up to ``timeout`` s for the executor thread."""
         self._stop = True
+        for m in self.chained:
+            m._stop = True
         self.wakeup.set()
         self.queue.interrupt()
         if self._thread is not None:
@@ -458,6 +521,8 @@ class ExecutorCore:
             self.obj.close() if self.is_spout else self.obj.cleanup()
         except Exception as e:
             self.errors.report(e, "close" if self.is_spout else "cleanup")
+        for m in self.chained:
+            m.stop(timeout)
 
     def stats(self, interval: IntervalMetrics | None = None) -> TaskStats:
         """This task's :class:`actors._stats.TaskStats` (counters, queue, backpressure,

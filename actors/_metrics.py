@@ -120,7 +120,8 @@ class TaskMetrics:
 
     def _cumulative(self) -> dict:
         c = self.core
-        return {"idle": c.idle_wait_s, "bp": c.backpressure_wait_s,
+        h = c.chain_host or c  # a chained task's time is its host thread's
+        return {"idle": h.idle_wait_s, "bp": h.backpressure_wait_s,
                 "held": dict(c.held_by_s), "lat_s": c.latency_sum_s, "lat_n": c.latency_n,
                 "executed": c.executed, "emitted": c.emitted, "acked": c.acked,
                 "failed": c.failed}

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 
+from actors._chain import ChainInserter, ChainLink
 from backpressure import BatchInserter, FlowControlPolicy, WaitStrategy
 
 Sink = Callable[[list], int]
@@ -50,7 +51,8 @@ class Outbox:
         self.send_failures = 0
 
     def connect(self, sinks: dict[int, Sink], destinations: Iterable[int]) -> None:
-        """One inserter per destination task, over ``sinks[task]``.
+        """One inserter per destination task, over ``sinks[task]``: a ``ChainInserter``
+        for a :class:`~actors._chain.ChainLink` (a task chained into this executor).
 
         Raises:
             ValueError: a destination task has no sink.
@@ -60,8 +62,11 @@ class Outbox:
         if missing:
             raise ValueError(f"task {self.task_id}: no sink for destination tasks {missing}")
         for t in destinations:
-            ins = BatchInserter(sinks[t], self.batch_size, self._bp_wait,
-                                self._count_failure, self._stopped)
+            if isinstance(sinks[t], ChainLink):  # runs in this executor: no batch at all
+                ins = ChainInserter(self.task_id, sinks[t])
+            else:
+                ins = BatchInserter(sinks[t], self.batch_size, self._bp_wait,
+                                    self._count_failure, self._stopped)
             self.inserters[t] = ins
             self._inserter_list.append(ins)
             sink_load = getattr(sinks[t], "load", None)

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import msgpack
 
 from topology import ACKER_ID, DEAD_LETTER_STREAM, EmitError, Fields, StormTopology
+from topology._builder import FORWARD
 
 
 def stable_hash(value: object) -> int:
@@ -312,6 +313,10 @@ def build_routers(topology: StormTopology, component: str, task: int,
             if g.kind == "direct":
                 direct.update(tasks)
                 continue
+            if g.kind == FORWARD:  # an operator chain: task k feeds task k
+                subs.append(_Sub("global", (topology.forward_peer(component, task,
+                                                                  bolt_id),)))
+                continue
             if g.kind in ("shuffle", "none", "local_or_shuffle"):
                 if g.kind == "local_or_shuffle":
                     local = [t for t in tasks if task_worker.get(t) == task_worker.get(task)]
@@ -390,10 +395,10 @@ def task_links(topology: StormTopology, task: int, task_worker: dict[int, int]) 
     cid = topology.task_component(task)
     tasks_of, back = topology.component_tasks, topology.back_edges
     ack_sources, ack_dests = acking_links(topology, cid)
-    upstream = frozenset(topology.upstream_tasks(cid) + ack_sources)
+    upstream = frozenset(topology.upstream_tasks(cid, task) + ack_sources)
     worker = task_worker.get(task, 0)
     return TaskLinks(
-        tuple(topology.downstream_tasks(cid) + ack_dests), upstream,
+        tuple(topology.downstream_tasks(cid, task) + ack_dests), upstream,
         frozenset(t for (a, b) in back if a == cid for t in tasks_of[b]),
         frozenset(t for (a, b) in back if b == cid for t in tasks_of[a]),
         frozenset(t for t in upstream if task_worker.get(t, 0) != worker))

@@ -129,7 +129,7 @@ class TransferActor:
         """Wire this restarted instance again (see the module docstring)."""
         logger.warning("worker %d: transfer actor restarted by Ray; rejoining",
                        self.worker_id)
-        mine = sorted(self.local.tasks)
+        mine = sorted(destinations)  # (tasks with an actor: chained ones have none)
         executors = {t: ray.get_actor(actor_name(prefix, TASK, t)) for t in mine}
         peers = {w: ray.get_actor(actor_name(prefix, WORKER, w))
                  for w in set(self.task_worker.values()) if w != self.worker_id}

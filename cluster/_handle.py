@@ -68,6 +68,13 @@ class TopologyHandle:
         self._killed = False
         self._complete = False
 
+    def _executor_actors(self) -> list:
+        """Each executor actor once (a task chained into another's actor shares it)."""
+        seen: dict = {}
+        for a in self.actors.values():
+            seen.setdefault(id(a), a)
+        return list(seen.values())
+
     def _get(self, refs: list, timeout: float | None, what: str):
         try:
             return ray.get(refs, timeout=timeout)
@@ -75,15 +82,18 @@ class TopologyHandle:
             raise TopologyFailed(f"topology {self.name!r}: an executor died during {what}: "
                                  f"{e}") from e
 
-    def _call_all(self, handles: list, call, timeout: float | None, what: str) -> list:
-        """``call(handle)`` on each actor, retried while Ray restarts one (its calls fail
-        meanwhile), until ``timeout`` s. Raises TopologyFailed for an actor that is dead
-        for good, GetTimeoutError when the time runs out."""
+    def _call_all(self, handles: list, call, timeout: float | None, what: str,
+                  tasks: list | None = None) -> list:
+        """``call(handle)`` on each actor (``call(handle, task)`` with ``tasks``, one per
+        handle), retried while Ray restarts one (its calls fail meanwhile), until
+        ``timeout`` s. Raises TopologyFailed for an actor that is dead for good,
+        GetTimeoutError when the time runs out."""
         deadline = None if timeout is None else time.monotonic() + timeout
         out: list = [None] * len(handles)
         todo = list(range(len(handles)))
         while todo:
-            refs = [call(handles[i]) for i in todo]
+            refs = [call(handles[i]) if tasks is None else call(handles[i], tasks[i])
+                    for i in todo]
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=left)
             if len(ready) < len(refs):
@@ -124,7 +134,7 @@ class TopologyHandle:
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                done = self._call_all(list(self.actors.values()),
+                done = self._call_all(self._executor_actors(),
                                       lambda a, left=left: a.wait_done.remote(left),
                                       None if left is None else left + 30, "wait")
             except GetTimeoutError:
@@ -214,7 +224,9 @@ class TopologyHandle:
         """Actor → times Ray restarted it: ``"task-<id>"`` for executors and
         ``"worker-<index>"`` for transfer actors (read from Ray's actor table; empty if it
         cannot be read)."""
-        named = {actor_name(None, TASK, t): a for t, a in self.actors.items()}
+        hosts = self.topology.chain_hosts() if self.topology is not None else {}
+        named = {actor_name(None, TASK, t): a for t, a in self.actors.items()
+                 if t not in hosts}
         named.update({actor_name(None, WORKER, w): a for w, a in self.transfers.items()})
         out = {}
         for key, a in named.items():
@@ -233,7 +245,8 @@ class TopologyHandle:
         workers = sorted(self.transfers)
         raw = self._call_all([self.actors[t] for t in tasks]
                              + [self.transfers[w] for w in workers],
-                             lambda a: a.stats.remote(), timeout, "stats")
+                             lambda a, t: a.stats.remote(*([] if t is None else [t])),
+                             timeout, "stats", tasks + [None] * len(workers))
         ts: list[TaskStats] = raw[:len(tasks)]
         ws = [WorkerStats.from_dict(d) for d in raw[len(tasks):]]
         return TopologyStats(self.name, ts, all(t.state == "done" for t in ts), ws,
@@ -246,7 +259,7 @@ class TopologyHandle:
         """
         self._component(component_id)
         tasks = self.topology.component_tasks[component_id]
-        parts = self._get([self.actors[t].collected.remote() for t in tasks], 60, "collected")
+        parts = self._get([self.actors[t].collected.remote(t) for t in tasks], 60, "collected")
         return [x for p in parts for x in p]
 
     def dead_letters(self) -> list:
@@ -269,7 +282,7 @@ class TopologyHandle:
         tasks = [t for cid, spec in sorted(self.topology.components.items())
                  if isinstance(spec.obj, DeadLetterSink)
                  for t in self.topology.component_tasks[cid]]
-        parts = self._get([self.actors[t].collected.remote() for t in tasks], 60,
+        parts = self._get([self.actors[t].collected.remote(t) for t in tasks], 60,
                           "dead_letters")
         return [x for p in parts for x in p]
 
@@ -292,7 +305,7 @@ class TopologyHandle:
             raise TypeError(f"component {component_id!r} is a {type(spec.obj).__name__}, "
                             f"not a DatasetSink; only a DatasetSink keeps rows as tables")
         tasks = self.topology.component_tasks[component_id]
-        tables = [t for t in self._get([self.actors[t].sink_table.remote() for t in tasks], 60,
+        tables = [t for t in self._get([self.actors[t].sink_table.remote(t) for t in tasks], 60,
                                        "sink_tables") if t is not None]
         if not tables:
             raise ValueError(f"DatasetSink {component_id!r} received nothing and has no "
@@ -337,7 +350,7 @@ class TopologyHandle:
         notebooks. Values must be picklable; a list is copied."""
         self._component(component_id)
         tasks = self.topology.component_tasks[component_id]
-        vals = self._get([self.actors[t].task_state.remote(attr) for t in tasks], 60,
+        vals = self._get([self.actors[t].task_state.remote(attr, t) for t in tasks], 60,
                          "task_state")
         return dict(zip(tasks, vals, strict=True))
 
@@ -415,11 +428,11 @@ class TopologyHandle:
             time.sleep(wait_secs)
         self._killed = True
         try:
-            ray.get([a.shutdown.remote() for a in self.actors.values()], timeout=30)
+            ray.get([a.shutdown.remote() for a in self._executor_actors()], timeout=30)
         except Exception as e:  # dying actors: we kill them anyway
             logger.warning("topology %r: shutdown: %s", self.name, e)
         self._spout_hooks("on_stop")
-        for a in list(self.actors.values()) + list(self.transfers.values()):
+        for a in self._executor_actors() + list(self.transfers.values()):
             ray.kill(a, no_restart=True)
         pgs = self.placement_groups or _placement_groups(self.prefix)
         for pg in pgs:
@@ -503,6 +516,13 @@ def attach(name: str) -> TopologyHandle:
     t = found[name]
     ns = t["namespace"]
     actors = {task: ray.get_actor(n, namespace=ns) for task, n in t["tasks"].items()}
+    try:  # the tasks chained into another's actor have no actor name of their own
+        from actors._store import StoredTopology
+
+        hosts = StoredTopology(t["prefix"]).load().chain_hosts()
+        actors.update({task: actors[h] for task, h in hosts.items() if h in actors})
+    except Exception as e:  # an older topology, or killed meanwhile: its own tasks only
+        logger.warning("topology %r: chained tasks not found: %s", name, e)
     transfers = {w: ray.get_actor(n, namespace=ns) for w, n in t["workers"].items()}
     return TopologyHandle(name, None, {"topology.executor.max.restarts": -1}, actors, [], {},
                           transfers, prefix=t["prefix"])

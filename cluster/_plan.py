@@ -19,6 +19,7 @@ from actors._routing import TaskLinks, task_links
 from topology import (
     ACKER_ID,
     DEAD_LETTER_STREAM,
+    BatchBolt,
     ConfigError,
     StormTopology,
     TopologyError,
@@ -38,9 +39,10 @@ class WorkerPlan:
 
     Attributes:
         index: the worker index, also its bundle's index in the placement group.
-        tasks: its task ids, sorted.
-        cpu: CPUs its bundle reserves: the executor share for each task, plus one for its
-            transfer actor when the topology has several workers.
+        tasks: its task ids, sorted (chained tasks too: they run in their host's actor).
+        cpu: CPUs its bundle reserves: the executor share for each executor actor (a task
+            that hosts a chain counts once), plus one for its transfer actor when the
+            topology has several workers.
     """
 
     index: int
@@ -86,17 +88,57 @@ class TopologyPlan:
         return self.topology.acker_tasks
 
     @property
+    def chain_hosts(self) -> Mapping[int, int]:
+        """Operator chains: chained task id → the task whose executor actor runs it
+        (``StormTopology.chain_hosts``); empty when nothing is chained."""
+        return self.topology.chain_hosts()
+
+    @property
     def with_transfer(self) -> bool:
         """True when workers exchange tuples, so each gets a transfer actor."""
         return len(self.workers) > 1
 
 
-def assign_tasks(topology: StormTopology, workers: int) -> dict[int, int]:
+def assign_tasks(topology: StormTopology, workers: int,
+                 hosts: Mapping[int, int] | None = None) -> dict[int, int]:
     """Task id → worker index, round robin over tasks in id order (deterministic): task
     ids follow Storm's sorted component order, so each component spreads over the workers
-    as Storm's default scheduler spreads executors."""
-    return {t: i % workers for i, t in enumerate(sorted(
-        t for ts in topology.component_tasks.values() for t in ts))}
+    as Storm's default scheduler spreads executors. A chained task (``hosts``: task → the
+    task whose executor runs it) takes its host's worker and no turn."""
+    hosts = hosts or {}
+    own = sorted(t for ts in topology.component_tasks.values() for t in ts if t not in hosts)
+    out = {t: i % workers for i, t in enumerate(own)}
+    out.update({t: out[h] for t, h in hosts.items()})
+    return out
+
+
+def chainable(topology: StormTopology, conf: dict) -> list[str]:
+    """The bolts that join their source's chain (Flink's chaining rule, on Storm's
+    groupings): ``topology.operator.chaining`` on for the topology, the bolt and its
+    source; exactly one input, ``local_or_shuffle``, from a component of equal parallelism
+    that is not the bolt itself and closes no cycle; not a windowed bolt, a ``BatchBolt``
+    or a shedding bolt (each needs its own pass over its own queue). Sorted."""
+    if not conf["topology.operator.chaining"]:
+        return []
+    comps, back = topology.components, topology.back_edges
+
+    def allows(cid: str) -> bool:
+        return bool(comps[cid].conf.get("topology.operator.chaining", True))
+
+    out = []
+    for cid, spec in comps.items():
+        if spec.is_spout or cid.startswith("__") or len(spec.inputs) != 1:
+            continue
+        g = spec.inputs[0]
+        src = comps.get(g.source)
+        if (g.kind != "local_or_shuffle" or src is None or g.source == cid
+                or (g.source, cid) in back or src.parallelism != spec.parallelism
+                or not allows(cid) or not allows(g.source)
+                or isinstance(spec.obj, (WindowedBoltExecutor, BatchBolt))
+                or {**conf, **spec.conf}.get("topology.backpressure.overload") == "shed"):
+            continue
+        out.append(cid)
+    return sorted(out)
 
 
 def _refuse_shedding_with_acking(topology: StormTopology, conf: dict) -> None:
@@ -205,14 +247,20 @@ def plan(topology: StormTopology, conf: dict | None) -> TopologyPlan:
             f"topology.acker.executors > 0 and emit with msg ids for at-least-once")
     if topology.acker_tasks:
         _window_acks_for_live_sources(topology, conf, warnings)
-    task_worker = assign_tasks(topology, min(requested, topology.num_tasks))
+    chained = chainable(topology, conf)
+    if chained:
+        topology = topology.with_chains(chained)
+    hosts = topology.chain_hosts()
+    actors = topology.num_tasks - len(hosts)
+    task_worker = assign_tasks(topology, min(requested, actors), hosts)
     n = max(task_worker.values()) + 1
     transfer = n > 1
     cpu = conf["topology.component.cpu.pcore.percent"] / 100.0
     workers = []
     for w in range(n):
         tasks = tuple(sorted(t for t, x in task_worker.items() if x == w))
-        workers.append(WorkerPlan(w, tasks, round(cpu * (len(tasks) + transfer), 4)))
+        own = sum(1 for t in tasks if t not in hosts)
+        workers.append(WorkerPlan(w, tasks, round(cpu * (own + transfer), 4)))
     return TopologyPlan(
         topology=topology, conf=MappingProxyType(conf), workers=tuple(workers),
         task_worker=MappingProxyType(task_worker),

@@ -98,13 +98,20 @@ def launch(p: TopologyPlan, name: str, ready_timeout: float = 120,
                    lifetime=lifetime)
     # each worker's tasks → their destinations, for its transfer actor (statuses go only
     # to the executors that send to the tasks they name)
-    dests = {w.index: {t: list(p.links[t].destinations) for t in w.tasks}
+    # (a task chained into another's actor sends through it: its destinations are the
+    # actor's; the transfer actor never names it)
+    hosts = p.chain_hosts
+    dests = {w.index: {t: sorted({d for c in [t, *topology.chain_of(t)]
+                                  for d in p.links[c].destinations})
+                       for t in w.tasks if t not in hosts}
              for w in p.workers}
     actors, transfers = {}, {}
     for w in p.workers:
         strategy = PlacementGroupSchedulingStrategy(placement_group=pg,
                                                     placement_group_bundle_index=w.index)
         for task in w.tasks:
+            if task in hosts:
+                continue
             actors[task] = ExecutorActor.options(
                 scheduling_strategy=strategy, name=actor_name(prefix, TASK, task), **options,
             ).remote(name, stored, conf, task, task_worker, prefix)
@@ -113,6 +120,8 @@ def launch(p: TopologyPlan, name: str, ready_timeout: float = 120,
                 scheduling_strategy=strategy, name=actor_name(prefix, WORKER, w.index),
                 **options,
             ).remote(name, w.index, conf, task_worker, prefix, dests[w.index])
+    own = list(actors.values())
+    actors.update({t: actors[h] for t, h in hosts.items()})
     coordinator = None
     if conf["topology.backpressure.policy"] == "watermark":
         # STORM-886's throttle (actors/_coordinator.py), in the first worker's bundle, so
@@ -130,17 +139,17 @@ def launch(p: TopologyPlan, name: str, ready_timeout: float = 120,
                 {t: actors[t] for t in topology.spout_tasks if t in actors}))
         if transfers:
             ray.get([transfers[w.index].connect.remote(
-                {t: actors[t] for t in w.tasks}, dests[w.index],
+                {t: actors[t] for t in w.tasks if t not in hosts}, dests[w.index],
                 {v: h for v, h in transfers.items() if v != w.index})
                 for w in p.workers])
-        ray.get([a.connect.remote(actors, transfers, coordinator) for a in actors.values()])
-        ray.get([a.start.remote() for a in actors.values()])
+        ray.get([a.connect.remote(actors, transfers, coordinator) for a in own])
+        ray.get([a.start.remote() for a in own])
         for _, spec in sorted(topology.components.items()):
             if spec.is_spout:  # driver-side sources (a Spark streaming query) start now
                 spec.obj.on_submit(handle)
     except Exception:
         handle.kill()
         raise
-    logger.info("topology %r started: %d tasks in %d worker(s)", name, topology.num_tasks,
-                len(p.workers))
+    logger.info("topology %r started: %d tasks in %d executor(s) in %d worker(s)", name,
+                topology.num_tasks, len(own), len(p.workers))
     return handle

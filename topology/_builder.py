@@ -7,7 +7,7 @@ stream and the field involved.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
@@ -23,6 +23,10 @@ from topology._windows import WindowedBolt
 
 #: The grouping kinds, Storm's names.
 GROUPINGS = ("shuffle", "fields", "all", "global", "direct", "local_or_shuffle", "none")
+#: Flink's forward partitioning: task k of the source feeds task k of the subscriber
+#: (equal parallelisms). Not offered by the builder: the plan turns a chained
+#: ``local_or_shuffle`` subscription into one (``StormTopology.with_chains``).
+FORWARD = "forward"
 
 
 @dataclass(frozen=True)
@@ -258,6 +262,72 @@ class StormTopology:
         """
         return StormTopology(dict(self._user), ackers, in_spouts, dead_letters)
 
+    def with_chains(self, chained: Iterable[str]) -> StormTopology:
+        """This topology with each bolt in ``chained`` joined to its one input by a
+        :data:`FORWARD` grouping (task k of the source feeds its task k) instead of the
+        ``local_or_shuffle`` it was subscribed with: the plan's operator chains
+        (``cluster/_plan.py``, ``chainable``), which :meth:`chain_hosts` then reads.
+
+        Raises:
+            TopologyError: a bolt in ``chained`` does not have exactly one input, a
+                ``local_or_shuffle`` one from a component of equal parallelism.
+        """
+        user = dict(self._user)
+        for cid in chained:
+            spec = user[cid]
+            (g,) = spec.inputs if len(spec.inputs) == 1 else (None,)
+            if (g is None or g.kind != "local_or_shuffle"
+                    or user[g.source].parallelism != spec.parallelism):
+                raise TopologyError(f"bolt {cid!r} cannot be chained: it needs one "
+                                    f"local_or_shuffle input of equal parallelism")
+            user[cid] = replace(spec, inputs=(replace(g, kind=FORWARD),))
+        return StormTopology(user, self._ackers, self.ackers_in_spouts, self.dead_letters)
+
+    def chain_hosts(self) -> dict[int, int]:
+        """Operator chains: task id → the task whose executor runs it, for every task
+        joined to its source by a :data:`FORWARD` grouping (task k of a chained bolt runs
+        inside the executor of task k of its source, or of that task's own host). Tasks
+        that head a chain, or are in none, are not keys."""
+        cached = getattr(self, "_chain_hosts", None)
+        if cached is not None:
+            return cached
+        comps, tasks = self._components, self._tasks
+        hosts: dict[int, int] = {}
+
+        def host(cid: str) -> None:
+            spec = comps[cid]
+            if len(spec.inputs) != 1 or spec.inputs[0].kind != FORWARD:
+                return
+            src = spec.inputs[0].source
+            host(src)
+            for mine, theirs in zip(tasks[cid], tasks[src], strict=True):
+                hosts[mine] = hosts.get(theirs, theirs)
+
+        for cid in sorted(comps):
+            host(cid)
+        self._chain_hosts = hosts
+        return hosts
+
+    def chain_of(self, host: int) -> list[int]:
+        """The tasks that run in task ``host``'s executor besides it (see
+        :meth:`chain_hosts`), each after the task that feeds it."""
+        hosts = self.chain_hosts()
+        left = sorted(t for t, h in hosts.items() if h == host)
+        placed, out = {host}, []
+        while left:
+            for t in left:
+                if self.upstream_tasks(self.task_component(t), t)[0] in placed:
+                    out.append(t)
+                    placed.add(t)
+                    left.remove(t)
+                    break
+        return out
+
+    def forward_peer(self, source: str, task: int, target: str) -> int:
+        """The task of ``target`` that task ``task`` of ``source`` feeds on a
+        :data:`FORWARD` edge (the same index)."""
+        return self._tasks[target][self._tasks[source].index(task)]
+
     @property
     def back_edges(self) -> frozenset[tuple[str, str]]:
         """The subscriptions that close a cycle: ``(source, bolt)`` pairs found as back edges
@@ -330,17 +400,28 @@ class StormTopology:
         return tuple(sorted(t for t, c in self._task_component.items()
                             if self._components[c].is_spout))
 
-    def upstream_tasks(self, component: str) -> list[int]:
+    def upstream_tasks(self, component: str, task: int | None = None) -> list[int]:
         """Task ids of every component ``component`` subscribes to (any stream), in
-        sorted component order; none for a spout or ``__acker``."""
-        srcs = sorted({g.source for g in self._components[component].inputs})
+        sorted component order; none for a spout or ``__acker``. With ``task`` (one of
+        ``component``'s), a :data:`FORWARD` source gives only the task feeding it."""
+        spec = self._components[component]
+        srcs = sorted({g.source for g in spec.inputs})
+        if task is not None and len(spec.inputs) == 1 and spec.inputs[0].kind == FORWARD:
+            return [self.forward_peer(component, task, srcs[0])]
         return [t for s in srcs for t in self._tasks[s]]
 
-    def downstream_tasks(self, component: str) -> list[int]:
+    def downstream_tasks(self, component: str, task: int | None = None) -> list[int]:
         """Task ids of every component subscribed to ``component`` (any stream), in sorted
-        component order; none for ``__acker``."""
-        comps = sorted({cid for cid, _ in self.subscribers(component)})
-        return [t for c in comps for t in self._tasks[c]]
+        component order; none for ``__acker``. With ``task`` (one of ``component``'s), a
+        :data:`FORWARD` subscriber gives only the task it feeds."""
+        subs = self.subscribers(component)
+        out = []
+        for c in sorted({cid for cid, _ in subs}):
+            if task is not None and all(g.kind == FORWARD for cid, g in subs if cid == c):
+                out.append(self.forward_peer(component, task, c))
+            else:
+                out.extend(self._tasks[c])
+        return out
 
     def validate(self) -> None:
         """Check the user's graph again, as Storm's Nimbus does at submit
@@ -463,14 +544,21 @@ def _validate_structure(comps: Mapping[str, ComponentSpec]) -> None:
         if not isinstance(par, int) or isinstance(par, bool) or par < 1:
             raise TopologyError(f"component {cid!r}: parallelism_hint must be an int >= 1, "
                                 f"got {par!r}")
+    def par_of(cid: str) -> int:
+        return comps[cid].parallelism
+
     for cid, spec in comps.items():
         inputs = spec.inputs
         if not spec.is_spout and not inputs:
             raise TopologyError(f"bolt {cid!r} has no inputs: subscribe it with a grouping")
         _check_timestamp_field(cid, comps)
         for g in inputs:
-            if g.kind not in GROUPINGS:
+            if g.kind not in GROUPINGS and g.kind != FORWARD:
                 raise TopologyError(f"bolt {cid!r}: unknown grouping {g.kind!r}")
+            if g.kind == FORWARD and (len(inputs) != 1 or g.source not in comps
+                                      or comps[g.source].parallelism != par_of(cid)):
+                raise TopologyError(f"bolt {cid!r}: a forward grouping needs one input "
+                                    f"of equal parallelism")
             if g.source not in comps:
                 raise TopologyError(
                     f"bolt {cid!r} subscribes to unknown component {g.source!r}; "

@@ -159,6 +159,15 @@ _KEYS: list[ConfigKey] = [
               "shuffle's. True: the plain shuffle, where a hung task holds its senders in "
               "pendingEmits and a dead one keeps getting its share (lost without acking). "
               "Per topology or per sending component."),
+    ConfigKey("topology.operator.chaining", (bool,), True,
+              "Ours (Flink's operator chaining, which Storm never had): a bolt whose one "
+              "input is a local-or-shuffle grouping from a component of equal parallelism "
+              "runs inside the executor of that component's task of the same index (task k "
+              "feeds task k), and an emit into it calls its execute directly: no batch, no "
+              "encoding, no actor call. Each chained bolt keeps its name, task id, stats and "
+              "errors. Not chained: windowed and batch bolts, shedding bolts, cycles. False "
+              "for a topology, or for a component (Flink's disableChaining: neither into "
+              "nor out of it), keeps every task in its own executor."),
     ConfigKey("topology.worker.placement", (str,), "pack",
               "Ours (Storm leaves this to its scheduler): the topology's placement group "
               "has one bundle (one node) per worker; 'pack' is Ray's PACK strategy (as few "

@@ -1,0 +1,105 @@
+"""Operator chains (Flink's chaining, which Storm never had): tasks that run inside another
+task's executor.
+
+The plan chains a bolt to its one source when they are joined by a forward edge
+(``cluster/_plan.py``, ``chainable``; ``topology.operator.chaining``): task k of the bolt
+then runs in the executor actor of task k of its source (the chain's host), as its own
+:class:`~actors.ExecutorCore` (its own collector, acking ledger, outbox to the tasks
+outside the chain, errors and counters) without a thread of its own. The host's sink to a
+chained task is a :class:`ChainInserter`: an emit into it calls the chained task's
+``handle`` at once, on the host's executor thread, with no batch, no encoding and no
+actor call (the emitted values object itself, as Storm passes tuples between the
+executors of one worker).
+
+Backpressure covers the chain through the host's ``pending_emits``: a chained task whose
+own emits wait (its destination outside the chain is full or backlogged) refuses the next
+tuple, which waits in its sender's ``pending_emits``, and so on up to the host, whose loop
+then stops (a spout stops calling ``next_tuple``, a bolt stops consuming its queue). The
+host's loop runs the chained tasks' clock work (flushes, acks, ticks): see
+:meth:`ExecutorCore._timers`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from actors._streams import SystemStream
+
+if TYPE_CHECKING:  # (imported at run time by actors/_executor.py: no cycle here)
+    from actors._executor import ExecutorCore
+
+EOS_STREAM = int(SystemStream.EOS)
+
+
+class ChainLink:
+    """The sink of a destination task that runs in this executor (given to
+    ``ExecutorCore.connect``; ``Outbox.connect`` puts a :class:`ChainInserter` over it).
+
+    Args:
+        core: the chained task's ``ExecutorCore``.
+    """
+
+    __slots__ = ("core",)
+
+    def __init__(self, core: ExecutorCore) -> None:
+        self.core = core
+
+    def __call__(self, items: list) -> int:  # (a sink's signature; never called)
+        raise TypeError("a ChainLink is delivered through its ChainInserter")
+
+
+class ChainInserter:
+    """What ``Outbox`` holds for a chained destination, in place of a ``BatchInserter``
+    (same interface, executor thread only): :meth:`try_publish` runs the chained task on
+    the message now. It never holds a batch.
+
+    Args:
+        src_task: the sending task (the element's source).
+        link: the destination's :class:`ChainLink`.
+    """
+
+    __slots__ = ("_src", "_core", "_handle", "batch", "batch_size", "transferred",
+                 "refused")
+
+    def __init__(self, src_task: int, link: ChainLink) -> None:
+        self._src = src_task
+        self._core = link.core
+        self._handle = link.core.handle
+        #: always empty (read by ``Outbox``'s flushes and the collectors' ack folding)
+        self.batch: list = []
+        self.batch_size = 1
+        #: messages delivered
+        self.transferred = 0
+        #: messages refused while the chained task's own emits waited
+        self.refused = 0
+
+    def __len__(self) -> int:
+        return 0
+
+    def sink_busy(self) -> bool:
+        return False
+
+    def try_publish(self, msg: tuple) -> bool:
+        """Run the chained task on ``msg`` (``(stream, values[, anchors])``) now; False
+        (nothing done) while that task's own ``pending_emits`` cannot drain. After an
+        end-of-stream marker that closes its last input, the chained task ends: its
+        ``finish()``, then its own end of stream (``ExecutorCore.end_in_chain``)."""
+        core = self._core
+        out = core.outbox
+        if out.pending_emits and not out.try_flush_pending():
+            self.refused += 1
+            return False
+        self._handle((self._src, *msg))
+        self.transferred += 1
+        if msg[0] == EOS_STREAM and not core.upstream_open:
+            core.end_in_chain()
+        return True
+
+    #: the collectors' ack folding appends without flushing: here both deliver at once
+    try_append = try_publish
+
+    def try_flush(self) -> bool:
+        return True
+
+    def flush(self) -> None:
+        """Nothing is ever held."""
