@@ -86,6 +86,51 @@ def build(n: int, work_us: float = 0.0, msg_ids: bool = False):
     return b.create_topology()
 
 
+class KeepMultiplesOf3(Bolt):
+    """Passes on the tuples whose i is a multiple of 3 (the peer suite's filter)."""
+
+    outputs = ("i", "k")
+
+    def prepare(self, conf, context, collector):
+        self.emit = collector.emit
+
+    def execute(self, tup):
+        v = tup.values
+        if v[0] % 3 == 0:
+            self.emit(v)
+
+
+class CountPerKey(Bolt):
+    """Counts its tuples per key; emits (k, n) at the end."""
+
+    outputs = ("k", "n")
+
+    def prepare(self, conf, context, collector):
+        self.emit = collector.emit
+        self.counts: dict = {}
+
+    def execute(self, tup):
+        k = tup.values[1]
+        self.counts[k] = self.counts.get(k, 0) + 1
+
+    def finish(self):
+        for k, n in self.counts.items():
+            self.emit((k, n))
+
+
+def build_chainable(n: int):
+    """The peer pipeline as Flink would chain it: gen → double → keep joined by
+    local_or_shuffle (a chain under ``topology.operator.chaining``), then count (fields on
+    k) → sink."""
+    b = TopologyBuilder()
+    b.set_spout("gen", GenSpout(n))
+    b.set_bolt("double", DoubleBolt()).local_or_shuffle_grouping("gen")
+    b.set_bolt("keep", KeepMultiplesOf3()).local_or_shuffle_grouping("double")
+    b.set_bolt("count", CountPerKey()).fields_grouping("keep", ["k"])
+    b.set_bolt("sink", CollectorBolt()).global_grouping("count")
+    return b.create_topology()
+
+
 # -- the same pipeline on Arrow record batches (batch bolts; benchmarks/peers.py) ----------
 
 

@@ -13,7 +13,14 @@ Rows of the table (same machine, same run, side by side):
 * ``ray_data_map_batches``: Ray Data ``map_batches`` with the same numpy work as the batch
   bolts, same batch size;
 * ``ray_actor_queue_chain``: a naive chain of Ray actors handing rows through bounded
-  ``ray.util.queue.Queue`` actors, one row per call (fewer rows: it is that slow).
+  ``ray.util.queue.Queue`` actors, one row per call (fewer rows: it is that slow);
+* ``storm_on_ray_chained``: this project on the pipeline built so that operator chaining
+  applies (spout → map → filter joined by ``local_or_shuffle``, then a fields grouping into
+  the count: ``_pipeline.build_chainable``), chaining on (the default);
+* ``storm_on_ray_unchained``: the same topology with ``topology.operator.chaining`` off;
+* ``bytewax``: Bytewax (the ``bench`` extra), one worker, ``TestingSource`` in batches of
+  1,000, ``map`` → ``filter`` → ``count_final``, as a new user would write it (skipped,
+  with a line saying so, where Bytewax is not installed).
 
 Then memory with a slow consumer: each one runs for --slow-s seconds on an unbounded source
 with its last stage busy-waiting --work-us per row (>= 10x slower than its source); every
@@ -23,7 +30,8 @@ use (Ray's memory summary). Flat means the second half's peak is within 10% of t
     python benchmarks/peers.py [--tuples 1000000] [--slow-s 20] [--work-us 40]
 
 Writes benchmarks/results/peers.json, peers.md (the table) and peers.png (the chart); the
-last line is ``key=value ...``.
+last line is ``key=value ...``, with ``bytewax_ratio`` (chained per-tuple rate /
+Bytewax's) and ``chaining_speedup`` (chained / unchained).
 """
 
 from __future__ import annotations
@@ -71,6 +79,24 @@ def _keep(b: dict) -> dict:
 
 def _bincount(b: dict) -> dict:
     return {"k": np.arange(1000), "n": np.bincount(b["k"], minlength=1000)}
+
+
+def bytewax_run(n: int) -> tuple[float, dict]:
+    """Bytewax, one worker (``run_main``): the peer pipeline as its docs write it."""
+    import bytewax.operators as op
+    from bytewax.dataflow import Dataflow
+    from bytewax.testing import TestingSink, TestingSource, run_main
+
+    out: list = []
+    flow = Dataflow("peers")
+    rows = op.input("in", flow, TestingSource(range(n), batch_size=1000))
+    doubled = op.map("double", rows, lambda i: (i * 2, "k" + str(i % 1000)))
+    kept = op.filter("keep", doubled, lambda t: t[0] % 3 == 0)
+    counts = op.count_final("count", kept, lambda t: t[1])
+    op.output("out", counts, TestingSink(out))
+    t0 = time.perf_counter()
+    run_main(flow)
+    return time.perf_counter() - t0, dict(out)
 
 
 def ray_data_batches(n: int) -> tuple[float, dict]:
@@ -258,6 +284,9 @@ LABELS = {
     "ray_data_per_row": "Ray Data, per-row map/filter",
     "ray_data_map_batches": "Ray Data, map_batches (numpy)",
     "ray_actor_queue_chain": "Ray actors + ray.util.queue.Queue",
+    "storm_on_ray_chained": "storm-on-ray, chainable pipeline, chaining on",
+    "storm_on_ray_unchained": "storm-on-ray, chainable pipeline, chaining off",
+    "bytewax": "Bytewax 0.21, one worker",
 }
 
 
@@ -267,11 +296,14 @@ def markdown(result: dict) -> str:
              "|---|---:|---:|---:|---|"]
     base = result["rows_per_s"]["ray_data_per_row"]
     for key, label in LABELS.items():
-        m = result["slow_consumer"][key]
+        if key not in result["rows"]:
+            continue
+        m = result["slow_consumer"].get(key)
+        mem = ("not run" if m is None else
+               f"{m['first_half_peak_mb']:,.0f} → {m['second_half_peak_mb']:,.0f} MB "
+               f"({m['growth_pct']:+.1f}%{', flat' if m['flat'] else ''})")
         lines.append(f"| {label} | {result['rows'][key]:,} | {result['rows_per_s'][key]:,.0f} "
-                     f"| {result['rows_per_s'][key] / base:.2f}x | "
-                     f"{m['first_half_peak_mb']:,.0f} → {m['second_half_peak_mb']:,.0f} MB "
-                     f"({m['growth_pct']:+.1f}%{', flat' if m['flat'] else ''}) |")
+                     f"| {result['rows_per_s'][key] / base:.2f}x | {mem} |")
     return "\n".join(lines) + "\n"
 
 
@@ -282,13 +314,13 @@ def chart(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5))
-    keys = list(LABELS)
+    keys = [k for k in LABELS if k in result["rows_per_s"]]
     ax1.barh([LABELS[k] for k in keys], [result["rows_per_s"][k] for k in keys])
     ax1.set_xscale("log")
     ax1.set_xlabel("rows/s (log scale)")
     ax1.set_title("Throughput, same pipeline, one run")
     ax1.invert_yaxis()
-    for k in keys:
+    for k in [k for k in keys if k in result["slow_consumer"]]:
         s = result["slow_consumer"][k]["samples"]
         ax2.plot([x["t"] for x in s], [x["rss_mb"] + x["object_store_mb"] for x in s],
                  label=LABELS[k])
@@ -319,7 +351,17 @@ def main() -> None:
         "ray_data_per_row": (n, lambda: ray_data(n)),
         "ray_data_map_batches": (n, lambda: ray_data_batches(n)),
         "ray_actor_queue_chain": (nq, lambda: queue_chain(nq)),
+        "storm_on_ray_chained": (n, lambda: ours(cluster, n, CONF,
+                                                   pipeline.build_chainable(n))),
+        "storm_on_ray_unchained": (n, lambda: ours(
+            cluster, n, {**CONF, "topology.operator.chaining": False},
+            pipeline.build_chainable(n))),
     }
+    try:
+        import bytewax  # noqa: F401
+        runs["bytewax"] = (n, lambda: bytewax_run(n))
+    except ImportError:
+        print("bytewax: not installed (pip install -e '.[bench]'); its row is skipped")
     rows, seconds = {}, {}
     for key, (rows_k, run) in runs.items():
         dt, counts = run()
@@ -332,7 +374,11 @@ def main() -> None:
               / rates["ray_data_per_row"],
               "batch_vs_ray_data_map_batches": rates["storm_on_ray_batch"]
               / rates["ray_data_map_batches"],
-              "slow_consumer_work_us_per_row": args.work_us}
+              "slow_consumer_work_us_per_row": args.work_us,
+              "chaining_speedup": rates["storm_on_ray_chained"]
+              / rates["storm_on_ray_unchained"],
+              "bytewax_ratio": (rates["storm_on_ray_chained"] / rates["bytewax"]
+                                if "bytewax" in rates else None)}
     result["slow_consumer"] = slow_runs(cluster, args.slow_s, args.work_us)
     cluster.shutdown()
     table = markdown(result)
@@ -347,7 +393,13 @@ def main() -> None:
           f"per_tuple_mem_growth_pct={ours_mem['growth_pct']} "
           f"batch_mem_growth_pct={ours_bmem['growth_pct']} "
           f"ray_data_per_row_mem_growth_pct="
-          f"{result['slow_consumer']['ray_data_per_row']['growth_pct']}")
+          f"{result['slow_consumer']['ray_data_per_row']['growth_pct']} "
+          f"chaining_speedup={result['chaining_speedup']:.2f} "
+          f"bytewax_ratio={_fmt(result['bytewax_ratio'])}")
+
+
+def _fmt(x: float | None) -> str:
+    return "none" if x is None else f"{x:.3f}"
 
 
 if __name__ == "__main__":
