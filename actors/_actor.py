@@ -196,16 +196,21 @@ class ExecutorActor:
             self._connect_core(c, handles, transfers)
 
     def _connect_core(self, core, handles: dict, transfers: dict) -> None:
-        """One core's sinks (see :meth:`connect`); a task chained into this actor gets a
-        ``ChainLink``: its sender calls it directly."""
+        """One core's sinks (see :meth:`connect`): a task chained to this core gets a
+        ``ChainLink`` (its sender calls it directly); another task of this actor (the
+        host, taking a chained bolt's acking messages) gets its queue, so the host's user
+        code is never entered from inside its own call."""
         worker_of = core.task_worker
         sinks: dict = {}
         for t in core.destinations:
             if t == core.task_id:
                 sinks[t] = core.local_sink()
                 continue
-            if t in self.cores:
-                sinks[t] = ChainLink(self.cores[t])
+            if t in self.cores:  # in this actor: its chained bolt, or (acks) its host
+                dest = self.cores[t]
+                sinks[t] = (ChainLink(dest) if dest.chain_host is not None
+                            and core.task_id in dest.links.upstream
+                            else core.make_queue_sink(dest.queue, core.task_id))
                 continue
             w = worker_of.get(t, 0)
             back = t in core.back_dests  # closes a cycle: never blocks, never holds

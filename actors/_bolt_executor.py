@@ -78,6 +78,16 @@ class BoltExecutor(ExecutorCore):
             if len(self._batch_in) >= self._batch_max:
                 self.run_batch()
             return
+        self._execute(tup)
+
+    def execute_chained(self, src: int, msg: tuple) -> None:
+        """A data tuple from the task this one is chained to (``ChainInserter``; executor
+        thread): ``msg`` is ``(stream, values[, anchors])`` as emitted. :meth:`handle`'s
+        path without its checks: a chained bolt is never a batch bolt."""
+        comp, sid, fields = self.streams[msg[0]]
+        self._execute(Tuple(msg[1], fields, comp, src, sid, msg[2] if len(msg) > 2 else None))
+
+    def _execute(self, tup: Tuple) -> None:
         col = self.collector
         col.current = tup
         timed = self._sample_every and self.executed % self._sample_every == 0

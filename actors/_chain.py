@@ -58,13 +58,17 @@ class ChainInserter:
         link: the destination's :class:`ChainLink`.
     """
 
-    __slots__ = ("_src", "_core", "_handle", "batch", "batch_size", "transferred",
-                 "refused")
+    __slots__ = ("_src", "_core", "_handle", "_execute", "_pending", "_flush_pending",
+                 "batch", "batch_size", "transferred", "refused")
 
     def __init__(self, src_task: int, link: ChainLink) -> None:
+        core = link.core
         self._src = src_task
-        self._core = link.core
-        self._handle = link.core.handle
+        self._core = core
+        self._handle = core.handle
+        self._execute = core.execute_chained
+        self._pending = core.outbox.pending_emits
+        self._flush_pending = core.outbox.try_flush_pending
         #: always empty (read by ``Outbox``'s flushes and the collectors' ack folding)
         self.batch: list = []
         self.batch_size = 1
@@ -84,13 +88,15 @@ class ChainInserter:
         (nothing done) while that task's own ``pending_emits`` cannot drain. After an
         end-of-stream marker that closes its last input, the chained task ends: its
         ``finish()``, then its own end of stream (``ExecutorCore.end_in_chain``)."""
-        core = self._core
-        out = core.outbox
-        if out.pending_emits and not out.try_flush_pending():
+        if self._pending and not self._flush_pending():
             self.refused += 1
             return False
-        self._handle((self._src, *msg))
         self.transferred += 1
+        if msg[0] >= 0:
+            self._execute(self._src, msg)
+            return True
+        core = self._core
+        self._handle((self._src, *msg))
         if msg[0] == EOS_STREAM and not core.upstream_open:
             core.end_in_chain()
         return True

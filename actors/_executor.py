@@ -59,6 +59,9 @@ FLUSH = ("__flush__",)
 #: Wire stream index of the end-of-stream marker.
 EOS_STREAM = int(SystemStream.EOS)
 _EOS_MSG = (EOS_STREAM, None)
+#: A chained task's flush waits at most this many flush intervals while it emits (see
+#: ExecutorCore._defer_flush)
+CHAIN_FLUSH_DEFER = 10
 DRAINED_STREAM = int(SystemStream.DRAINED)
 _DRAINED_MSG = (DRAINED_STREAM, None)
 
@@ -178,6 +181,8 @@ class ExecutorCore:
         #: executor running it
         self.chained: list[ExecutorCore] = []
         self.chain_host: ExecutorCore | None = None
+        self._flush_seen = 0
+        self._flushed_at = 0.0
 
     def host_chain(self, members: list[ExecutorCore]) -> None:
         """Run ``members`` (chained tasks, each after its source) in this executor: they
@@ -373,7 +378,7 @@ class ExecutorCore:
         now = time.monotonic()
         if now >= self._next_flush:
             self._next_flush = now + self._flush_interval_s
-            if self._has_flushable():
+            if self._has_flushable() and not self._defer_flush(now):
                 self._flush()
         if expire and now >= self._next_timeout_check:
             timeout_s = self.ledger.timeout_s
@@ -390,6 +395,23 @@ class ExecutorCore:
                 m._timers(False)
                 if m.queue.size():
                     m.queue.consume(m.handle)
+
+    def _defer_flush(self, now: float) -> bool:
+        """A chained task's flush waits while it is still emitting, up to
+        ``CHAIN_FLUSH_DEFER`` flush intervals: its host's loop checks the clock between
+        tuples, so a plain timer would send a small frame every interval while a stream
+        flows, where a task of its own flushes between passes over its queue (each frame
+        costs its receiver an actor call: benchmarks/peers.py, chained rows). A pause in
+        its emits, or the bound, flushes it."""
+        if self.chain_host is None:
+            return False
+        emitted = self.collector.emitted
+        if emitted != self._flush_seen and now - self._flushed_at < (
+                CHAIN_FLUSH_DEFER * self._flush_interval_s):
+            self._flush_seen = emitted
+            return True
+        self._flush_seen, self._flushed_at = emitted, now
+        return False
 
     def _wait_limit(self) -> float | None:
         """How long an idle wait may last: until the next flush while something waits to

@@ -86,6 +86,22 @@ def build(n: int, work_us: float = 0.0, msg_ids: bool = False):
     return b.create_topology()
 
 
+class ShareSpout(GenSpout):
+    """``GenSpout`` over its task's share of [0, n): task j of m emits i ≡ j (mod m)."""
+
+    def open(self, conf, context, collector):
+        super().open(conf, context, collector)
+        self.step = len(context.component_tasks[context.component_id])
+        self.i = context.task_index
+
+    def next_tuple(self):
+        i = self.i
+        if i >= self.n:
+            raise StopIteration
+        self.emit((i, "k" + str(i % 1000)))
+        self.i = i + self.step
+
+
 class KeepMultiplesOf3(Bolt):
     """Passes on the tuples whose i is a multiple of 3 (the peer suite's filter)."""
 
@@ -118,15 +134,16 @@ class CountPerKey(Bolt):
             self.emit((k, n))
 
 
-def build_chainable(n: int):
+def build_chainable(n: int, parallelism: int = 1):
     """The peer pipeline as Flink would chain it: gen → double → keep joined by
     local_or_shuffle (a chain under ``topology.operator.chaining``), then count (fields on
-    k) → sink."""
+    k) → sink; ``parallelism`` tasks of each but the sink (each gen task emits its share
+    of the ``n`` rows)."""
     b = TopologyBuilder()
-    b.set_spout("gen", GenSpout(n))
-    b.set_bolt("double", DoubleBolt()).local_or_shuffle_grouping("gen")
-    b.set_bolt("keep", KeepMultiplesOf3()).local_or_shuffle_grouping("double")
-    b.set_bolt("count", CountPerKey()).fields_grouping("keep", ["k"])
+    b.set_spout("gen", ShareSpout(n), parallelism)
+    b.set_bolt("double", DoubleBolt(), parallelism).local_or_shuffle_grouping("gen")
+    b.set_bolt("keep", KeepMultiplesOf3(), parallelism).local_or_shuffle_grouping("double")
+    b.set_bolt("count", CountPerKey(), parallelism).fields_grouping("keep", ["k"])
     b.set_bolt("sink", CollectorBolt()).global_grouping("count")
     return b.create_topology()
 

@@ -380,7 +380,8 @@ def main() -> None:
               "bytewax_ratio": (rates["storm_on_ray_chained"] / rates["bytewax"]
                                 if "bytewax" in rates else None)}
     result["slow_consumer"] = slow_runs(cluster, args.slow_s, args.work_us)
-    cluster.shutdown()
+    # (written before the shutdown: a Ray Data executor thread of a stopped slow run that
+    # touches Ray after it can make Ray's core worker exit the process)
     table = markdown(result)
     (RESULTS / "peers.md").write_text(table)
     chart(result, RESULTS / "peers.png")
@@ -395,7 +396,8 @@ def main() -> None:
           f"ray_data_per_row_mem_growth_pct="
           f"{result['slow_consumer']['ray_data_per_row']['growth_pct']} "
           f"chaining_speedup={result['chaining_speedup']:.2f} "
-          f"bytewax_ratio={_fmt(result['bytewax_ratio'])}")
+          f"bytewax_ratio={_fmt(result['bytewax_ratio'])}", flush=True)
+    cluster.shutdown()
 
 
 def _fmt(x: float | None) -> str:
