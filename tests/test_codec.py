@@ -47,3 +47,43 @@ def test_tune_gc_sets_generation_0_and_keeps_the_others():
         assert gc.get_threshold() == (12345, *before[1:])
     finally:
         gc.set_threshold(*before)
+
+
+def test_every_supported_type_round_trips_exactly_time_zones_included():
+    """Each value comes back equal and of its type; an aware datetime or time keeps its UTC
+    offset (a named zone comes back as that instant's fixed offset, the same instant);
+    a Decimal keeps its exact digits; Arrow batches and tables keep schema and rows."""
+    import datetime as dt
+    from decimal import Decimal
+    from zoneinfo import ZoneInfo
+
+    import pyarrow as pa
+
+    ist = dt.timezone(dt.timedelta(hours=5, minutes=30))
+    values = [
+        None, True, False, 0, -1, 2**63 - 1, -(2**63), 1.5, float("inf"), "", "naïve ☃",
+        b"\x00\xff", [1, [2, "x"]], {"a": [1, None], "b": {"c": 2.5}},
+        dt.datetime(2013, 1, 1, 5, 15, 0, 123456),                         # naive
+        dt.datetime(2013, 1, 1, 5, 15, tzinfo=dt.timezone.utc),
+        dt.datetime(2013, 6, 30, 23, 59, 59, 999999, tzinfo=ist),
+        dt.datetime(1969, 12, 31, 19, 0, tzinfo=dt.timezone(-dt.timedelta(hours=5))),
+        dt.datetime(2013, 3, 10, 3, 30, tzinfo=ZoneInfo("America/New_York")),  # after DST
+        dt.date(2013, 2, 28), dt.time(23, 59, 59, 1), dt.time(8, 0, tzinfo=ist),
+        Decimal("1.10"), Decimal("-0.000"), Decimal("12345678901234567890.000000001"),
+    ]
+    items = [[0, [v]] for v in values]
+    got = [it[1][0] for it in decode_batch(encode_batch(1, items, seq=1), num_streams=1)[3]]
+    for sent, back in zip(values, got, strict=True):
+        assert back == sent and type(back) is type(sent), (sent, back)
+        if isinstance(sent, (dt.datetime, dt.time)):
+            assert back.utcoffset() == sent.utcoffset(), (sent, back)
+        if isinstance(sent, Decimal):
+            assert str(back) == str(sent)
+    batch = pa.record_batch({"ts": pa.array([dt.datetime(2013, 1, 1, tzinfo=dt.timezone.utc)],
+                                            pa.timestamp("us", tz="UTC")),
+                             "n": pa.array([1], pa.int64())})
+    table = pa.Table.from_batches([batch, batch])
+    frame = encode_batch(1, [[0, [batch]], [0, [table]]], seq=2)
+    b2, t2 = (it[1][0] for it in decode_batch(frame, num_streams=1)[3])
+    assert b2.equals(batch) and b2.schema == batch.schema
+    assert t2.equals(table) and t2.schema == table.schema
