@@ -31,7 +31,8 @@ use (Ray's memory summary). Flat means the second half's peak is within 10% of t
 
 Writes benchmarks/results/peers.json, peers.md (the table) and peers.png (the chart); the
 last line is ``key=value ...``, with ``bytewax_ratio`` (chained per-tuple rate /
-Bytewax's) and ``chaining_speedup`` (chained / unchained).
+Bytewax's), ``chaining_speedup`` (chained / unchained rows/s) and
+``chaining_cpu_saving_pct`` (the executor CPU per row that chaining saves).
 """
 
 from __future__ import annotations
@@ -79,6 +80,23 @@ def _keep(b: dict) -> dict:
 
 def _bincount(b: dict) -> dict:
     return {"k": np.arange(1000), "n": np.bincount(b["k"], minlength=1000)}
+
+
+def ours_with_cpu(cluster: LocalCluster, n: int, conf: dict, topology,
+                  cpu: dict, key: str) -> tuple[float, dict]:
+    """``throughput.ours`` that also records, in ``cpu[key]``, the CPU seconds its
+    executor processes used from submit to completion (psutil, user + system): what
+    chaining saves when the cores are shared with other work."""
+    handle = cluster.submit_topology("throughput", conf, topology)
+    procs = [psutil.Process(ray.get(a.pid.remote())) for a in handle._executor_actors()]
+    c0 = sum(sum(p.cpu_times()[:2]) for p in procs)
+    t0 = time.perf_counter()
+    assert handle.wait(600), handle.stats().summary()
+    dt = time.perf_counter() - t0
+    cpu[key] = sum(sum(p.cpu_times()[:2]) for p in procs) - c0
+    got = {k: c for *_, (k, c) in handle.collected("sink")}
+    cluster.kill_topology("throughput")
+    return dt, got
 
 
 def bytewax_run(n: int) -> tuple[float, dict]:
@@ -343,6 +361,7 @@ def main() -> None:
     ray.cloudpickle.register_pickle_by_value(pipeline)
     cluster = LocalCluster(num_cpus=2)
     ray.data.DataContext.get_current().enable_progress_bars = False
+    cpu: dict = {}  # row → CPU seconds of its executor processes
     runs = {
         "plain_loop": (n, lambda: plain_loop(n)),
         "storm_on_ray_per_tuple": (n, lambda: ours(cluster, n, CONF)),
@@ -351,11 +370,11 @@ def main() -> None:
         "ray_data_per_row": (n, lambda: ray_data(n)),
         "ray_data_map_batches": (n, lambda: ray_data_batches(n)),
         "ray_actor_queue_chain": (nq, lambda: queue_chain(nq)),
-        "storm_on_ray_chained": (n, lambda: ours(cluster, n, CONF,
-                                                   pipeline.build_chainable(n))),
-        "storm_on_ray_unchained": (n, lambda: ours(
+        "storm_on_ray_chained": (n, lambda: ours_with_cpu(
+            cluster, n, CONF, pipeline.build_chainable(n), cpu, "storm_on_ray_chained")),
+        "storm_on_ray_unchained": (n, lambda: ours_with_cpu(
             cluster, n, {**CONF, "topology.operator.chaining": False},
-            pipeline.build_chainable(n))),
+            pipeline.build_chainable(n), cpu, "storm_on_ray_unchained")),
     }
     try:
         import bytewax  # noqa: F401
@@ -377,6 +396,9 @@ def main() -> None:
               "slow_consumer_work_us_per_row": args.work_us,
               "chaining_speedup": rates["storm_on_ray_chained"]
               / rates["storm_on_ray_unchained"],
+              "executor_cpu_us_per_row": {k: cpu[k] / rows[k] * 1e6 for k in cpu},
+              "chaining_cpu_saving_pct": 100 * (1 - cpu["storm_on_ray_chained"]
+                                                / cpu["storm_on_ray_unchained"]),
               "bytewax_ratio": (rates["storm_on_ray_chained"] / rates["bytewax"]
                                 if "bytewax" in rates else None)}
     result["slow_consumer"] = slow_runs(cluster, args.slow_s, args.work_us)
@@ -396,6 +418,7 @@ def main() -> None:
           f"ray_data_per_row_mem_growth_pct="
           f"{result['slow_consumer']['ray_data_per_row']['growth_pct']} "
           f"chaining_speedup={result['chaining_speedup']:.2f} "
+          f"chaining_cpu_saving_pct={result['chaining_cpu_saving_pct']:.1f} "
           f"bytewax_ratio={_fmt(result['bytewax_ratio'])}", flush=True)
     cluster.shutdown()
 
