@@ -97,7 +97,8 @@ class ExecutorActor:
         self._status_to: list = []
         self._direct = bool(self.core.conf["topology.backpressure.status.direct"])
         if prefix is not None and not first_start(prefix, actor_name(None, TASK, task_id)):
-            self.core.inbound.reconstructed = True
+            for c in self.cores.values():  # (a chain restarts as one: every task anew)
+                c.inbound.reconstructed = True
             self._rejoin()
 
     def _rejoin(self, timeout: float = 60.0) -> None:
