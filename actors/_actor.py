@@ -134,7 +134,7 @@ class ExecutorActor:
                 except Exception as e:  # the transfer actor restarts too: statuses come
                     core.errors.report(e, "rejoin (backpressure status)")
             self._notify(core.inbound.current_report())
-        ups = sorted(core.upstream_open)
+        ups = sorted(core.upstream_open - set(self.cores))
         if ups:
             done = []
             for t in ups:

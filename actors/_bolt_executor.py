@@ -173,7 +173,7 @@ class BoltExecutor(ExecutorCore):
 
     def _wait_limit(self) -> float | None:
         limit = super()._wait_limit()
-        if self.tick_s is None or self._tick_queued:
+        if self.tick_s is None or self._tick_queued or not self.upstream_open:
             return limit
         until_tick = max(0.0, self._next_tick - self.clock())
         return until_tick if limit is None else min(limit, until_tick)

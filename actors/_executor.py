@@ -357,6 +357,7 @@ class ExecutorCore:
         """True while a partial batch, acking values or dropped trees wait to leave."""
         return bool((self.ledger is not None and self.ledger.held_values)
                     or self.inbound.has_dropped_roots or self.outbox.has_partial()
+                    or (self.chain_host is not None and self.outbox.pending_emits)
                     or any(m._has_flushable() for m in self.chained))
 
     def _flush(self) -> None:
@@ -392,6 +393,8 @@ class ExecutorCore:
                 logger.warning("%s:%d: %s", self.component_id, self.task_id, line)
         for m in self.chained:  # their flushes and ticks (their queues hold only ticks)
             if m.state == "running":
+                if m.outbox.pending_emits:  # (else retried only when fed again)
+                    m.outbox.try_flush_pending()
                 m._timers(False)
                 if m.queue.size():
                     m.queue.consume(m.handle)

@@ -116,7 +116,8 @@ def chainable(topology: StormTopology, conf: dict) -> list[str]:
     """The bolts that join their source's chain (Flink's chaining rule, on Storm's
     groupings): ``topology.operator.chaining`` on for the topology, the bolt and its
     source; exactly one input, ``local_or_shuffle``, from a component of equal parallelism
-    that is not the bolt itself and closes no cycle; not a windowed bolt, a ``BatchBolt``
+    that is not the bolt itself; neither of them on a cycle's back edge (a chained send
+    into a queue of its own actor could block the cycle); not a windowed bolt, a ``BatchBolt``
     or a shedding bolt (each needs its own pass over its own queue). Sorted."""
     if not conf["topology.operator.chaining"]:
         return []
@@ -132,7 +133,8 @@ def chainable(topology: StormTopology, conf: dict) -> list[str]:
         g = spec.inputs[0]
         src = comps.get(g.source)
         if (g.kind != "local_or_shuffle" or src is None or g.source == cid
-                or (g.source, cid) in back or src.parallelism != spec.parallelism
+                or any(a in (cid, g.source) or b in (cid, g.source) for a, b in back)
+                or src.parallelism != spec.parallelism
                 or not allows(cid) or not allows(g.source)
                 or isinstance(spec.obj, (WindowedBoltExecutor, BatchBolt))
                 or {**conf, **spec.conf}.get("topology.backpressure.overload") == "shed"):
