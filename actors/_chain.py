@@ -59,7 +59,7 @@ class ChainInserter:
     """
 
     __slots__ = ("_src", "_core", "_handle", "_execute", "_pending", "_flush_pending",
-                 "batch", "batch_size", "transferred", "refused")
+                 "batch", "batch_size", "transferred")
 
     def __init__(self, src_task: int, link: ChainLink) -> None:
         core = link.core
@@ -74,11 +74,6 @@ class ChainInserter:
         self.batch_size = 1
         #: messages delivered
         self.transferred = 0
-        #: messages refused while the chained task's own emits waited
-        self.refused = 0
-
-    def __len__(self) -> int:
-        return 0
 
     def sink_busy(self) -> bool:
         return False
@@ -89,7 +84,6 @@ class ChainInserter:
         end-of-stream marker that closes its last input, the chained task ends: its
         ``finish()``, then its own end of stream (``ExecutorCore.end_in_chain``)."""
         if self._pending and not self._flush_pending():
-            self.refused += 1
             return False
         self.transferred += 1
         if msg[0] >= 0:
@@ -105,7 +99,5 @@ class ChainInserter:
     try_append = try_publish
 
     def try_flush(self) -> bool:
-        return True
-
-    def flush(self) -> None:
         """Nothing is ever held."""
+        return True

@@ -321,9 +321,7 @@ class ExecutorCore:
     def _idle(self, idle: int) -> int:
         """Wait for input under the idle strategy, until the wakeup event: cleared first,
         then the queues are checked, so an insert after the check ends the wait."""
-        self.flush_acks()
-        for m in self.chained:
-            m.flush_acks()
+        self._flush_chain_acks()
         self.wakeup.clear()
         q = self.queue
         if q.size() or not q.is_empty_overflow():
@@ -337,9 +335,7 @@ class ExecutorCore:
         """Wait for a destination to take ``pending_emits`` (a send completing, a remote
         backlog clearing) or for input, under the backpressure strategy; as :meth:`_idle`,
         the event is cleared before one more attempt."""
-        self.flush_acks()
-        for m in self.chained:
-            m.flush_acks()
+        self._flush_chain_acks()
         self.wakeup.clear()
         pending = self.outbox.pending_emits
         if pending and self.outbox.try_flush_pending():
@@ -352,6 +348,12 @@ class ExecutorCore:
             dest = pending[0][0]
             self.held_by_s[dest] = self.held_by_s.get(dest, 0.0) + dt
         return idle
+
+    def _flush_chain_acks(self) -> None:
+        """Before a wait: the acking messages of this task and of the tasks chained in."""
+        self.flush_acks()
+        for m in self.chained:
+            m.flush_acks()
 
     def _has_flushable(self) -> bool:
         """True while a partial batch, acking values or dropped trees wait to leave."""
@@ -435,16 +437,12 @@ class ExecutorCore:
         Raises:
             Exception: what ``open``/``prepare`` raised (also reported; state "failed").
         """
-        for m in reversed(self.chained):
-            m._start_in_chain()
+        for m in reversed(self.chained):  # (no thread: this one runs them)
+            m._open()
         self._open()
         self._thread = threading.Thread(target=self.run, daemon=True,
                                         name=f"executor-{self.component_id}-{self.task_id}")
         self._thread.start()
-
-    def _start_in_chain(self) -> None:
-        """A chained task's start: ``prepare``, no thread (its host's runs it)."""
-        self._open()
 
     def end_in_chain(self) -> None:
         """A chained task's end, on its host's thread, once its input has ended: the
@@ -464,6 +462,7 @@ class ExecutorCore:
             self.done.set()
 
     def _open(self) -> None:
+        """``open``/``prepare`` (see :meth:`start`), without the thread."""
         self.state = "starting"
         try:
             if self.is_spout:
