@@ -190,7 +190,8 @@ def test_at_least_once_across_a_killed_executor(cluster, spark, name, tmp_path):
 def test_kill_with_wait_commits_nothing_undelivered(cluster, spark, name, tmp_path):
     """kill(wait_secs) deactivates, waits, kills: the micro-batch still in the topology
     (its foreachBatch waiting for acks) raises, so Spark does not commit it, and the
-    query stops."""
+    query stops. A new query on the same checkpoint (what a restarted driver runs)
+    replays that micro-batch whole, and Spark commits it once the topology acks it."""
     ck = str(tmp_path / "ck")
     df = _rate(spark, 200).select("value")
     spout = StreamingDataFrameSpout(df, checkpoint_location=ck)
@@ -210,6 +211,19 @@ def test_kill_with_wait_commits_nothing_undelivered(cluster, spark, name, tmp_pa
     assert _commits(ck) == []  # ... and committed nothing of it
     assert not spout.query.isActive
     assert "not delivered" in str(spout.query.exception())
+
+    again = StreamingDataFrameSpout(_rate(spark, 200).select("value"), checkpoint_location=ck)
+    b = TopologyBuilder()
+    b.set_spout("live", again)
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("live")
+    handle = cluster.submit_topology(name, {}, b.create_topology())
+    try:
+        until(lambda: 0 in _commits(ck) or None, 120, "batch 0 committed after the restart",
+              interval=0.3)
+        values = _values(handle.collected("sink"))
+    finally:
+        cluster.kill_topology(name)
+    assert set(range(200)) <= set(values)  # batch 0, replayed from the checkpoint
 
 
 def test_drain_fires_every_window(cluster, spark, name):
