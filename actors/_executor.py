@@ -62,6 +62,11 @@ _EOS_MSG = (EOS_STREAM, None)
 #: A chained task's flush waits at most this many flush intervals while it emits (see
 #: ExecutorCore._defer_flush)
 CHAIN_FLUSH_DEFER = 10
+#: A busy host runs its chained tasks' clock work at most this often (seconds), and at once
+#: after it waited: the spout loop's clock check comes every few tuples, and the chained
+#: tasks' part of it was a tenth of a chain host's time (py-spy, benchmarks/peers.py's
+#: chained pipeline)
+CHAIN_TIMERS_S = 0.001
 DRAINED_STREAM = int(SystemStream.DRAINED)
 _DRAINED_MSG = (DRAINED_STREAM, None)
 
@@ -183,6 +188,7 @@ class ExecutorCore:
         self.chain_host: ExecutorCore | None = None
         self._flush_seen = 0
         self._flushed_at = 0.0
+        self._next_chain_timers = 0.0  # (monotonic s; 0: at the next clock check)
 
     def host_chain(self, members: list[ExecutorCore]) -> None:
         """Run ``members`` (chained tasks, each after its source) in this executor: they
@@ -329,6 +335,7 @@ class ExecutorCore:
         t0 = time.perf_counter()
         idle = self.idle_wait.idle(idle, self.wakeup, self._wait_limit())
         self.idle_wait_s += time.perf_counter() - t0
+        self._next_chain_timers = 0.0
         return idle
 
     def _bp_idle(self, idle: int) -> int:
@@ -344,6 +351,7 @@ class ExecutorCore:
         idle = self.bp_wait.idle(idle, self.wakeup, self._wait_limit())
         dt = time.perf_counter() - t0
         self.backpressure_wait_s += dt
+        self._next_chain_timers = 0.0
         if pending:  # the destination at the head of pending_emits holds us back
             dest = pending[0][0]
             self.held_by_s[dest] = self.held_by_s.get(dest, 0.0) + dt
@@ -393,6 +401,9 @@ class ExecutorCore:
             line = self.shedder.interval_report(now)
             if line is not None:
                 logger.warning("%s:%d: %s", self.component_id, self.task_id, line)
+        if not self.chained or now < self._next_chain_timers:
+            return
+        self._next_chain_timers = now + CHAIN_TIMERS_S
         for m in self.chained:  # their flushes and ticks (their queues hold only ticks)
             if m.state == "running":
                 if m.outbox.pending_emits:  # (else retried only when fed again)
