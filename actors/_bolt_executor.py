@@ -49,6 +49,11 @@ class BoltExecutor(ExecutorCore):
         self.upstream_drained: set[int] = set()
         self._drained_sent = False
 
+    def _open(self) -> None:
+        super()._open()
+        if self.tick_s is not None:  # the first tick one period after prepare, not after
+            self._next_tick = self.clock() + self.tick_s  # the executor was built
+
     def _make_collector(self, routers: dict) -> BoltCollector:
         # a BatchBolt's inputs gathered in this pass over the queue
         self._batch_in: list | None = [] if isinstance(self.obj, BatchBolt) else None

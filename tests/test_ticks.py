@@ -167,10 +167,9 @@ def test_ticks_reach_every_task_of_a_bolt_on_ray(cluster, name):
     try:
         s = until(lambda: (st := handle.stats()) and all(
             t.ticks >= 3 for t in st.component("b")) and st, 60, "ticks at both tasks")
-        # one tick per period, plus the one due at start (its timer starts when the
-        # executor is built, before it starts) and one the stats call may count after
+        # one tick per period from prepare on, plus one the stats call may count after
         # reading the clock (it reads a running task)
-        assert all(t.ticks <= t.uptime_s / 0.1 + 2 for t in s.component("b")), \
+        assert all(t.ticks <= t.uptime_s / 0.1 + 1 for t in s.component("b")), \
             [(t.ticks, t.uptime_s) for t in s.component("b")]
     finally:
         cluster.kill_topology(name)
