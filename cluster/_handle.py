@@ -67,6 +67,8 @@ class TopologyHandle:
         self.task_worker = task_worker
         self._killed = False
         self._complete = False
+        #: tasks chained into another task's actor (they share its actor and its restarts)
+        self.chained_tasks: set[int] = set(topology.chain_hosts()) if topology else set()
 
     def _executor_actors(self) -> list:
         """Each executor actor once (a task chained into another's actor shares it)."""
@@ -224,9 +226,8 @@ class TopologyHandle:
         """Actor → times Ray restarted it: ``"task-<id>"`` for executors and
         ``"worker-<index>"`` for transfer actors (read from Ray's actor table; empty if it
         cannot be read)."""
-        hosts = self.topology.chain_hosts() if self.topology is not None else {}
         named = {actor_name(None, TASK, t): a for t, a in self.actors.items()
-                 if t not in hosts}
+                 if t not in self.chained_tasks}
         named.update({actor_name(None, WORKER, w): a for w, a in self.transfers.items()})
         out = {}
         for key, a in named.items():
@@ -516,6 +517,7 @@ def attach(name: str) -> TopologyHandle:
     t = found[name]
     ns = t["namespace"]
     actors = {task: ray.get_actor(n, namespace=ns) for task, n in t["tasks"].items()}
+    hosts: dict[int, int] = {}
     try:  # the tasks chained into another's actor have no actor name of their own
         from actors._store import StoredTopology
 
@@ -524,5 +526,7 @@ def attach(name: str) -> TopologyHandle:
     except Exception as e:  # an older topology, or killed meanwhile: its own tasks only
         logger.warning("topology %r: chained tasks not found: %s", name, e)
     transfers = {w: ray.get_actor(n, namespace=ns) for w, n in t["workers"].items()}
-    return TopologyHandle(name, None, {"topology.executor.max.restarts": -1}, actors, [], {},
-                          transfers, prefix=t["prefix"])
+    handle = TopologyHandle(name, None, {"topology.executor.max.restarts": -1}, actors, [],
+                            {}, transfers, prefix=t["prefix"])
+    handle.chained_tasks = set(hosts)
+    return handle

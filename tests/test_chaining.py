@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 
+from cluster._handle import attach
 from cluster._plan import chainable, plan
 from tests._util import until
 from tests.components import CountBolt, FailOnceBolt, PassBolt, SlowCollector
@@ -211,6 +212,11 @@ def test_a_killed_chain_restarts_and_its_trees_replay(cluster, name):
         before = handle.stats().total("count", "executed")
         until(lambda: handle.stats().total("count", "executed") > before, 8,
               "the restarted chain's tuples at the sink within the message timeout")
+        # one entry per actor, on this handle and on another driver's (attach)
+        restarts = handle.restarts()
+        assert restarts.get(f"task-{handle.topology.component_tasks['rows'][0]}", 0) >= 1
+        assert attach(name).restarts().keys() == restarts.keys()
+        assert not {f"task-{t}" for t in handle.chained_tasks} & restarts.keys()
         assert handle.wait(240), handle.stats().summary()
         got, stats = handle.collected("count"), handle.stats()
     finally:
