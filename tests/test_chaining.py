@@ -216,6 +216,7 @@ def test_a_killed_chain_restarts_and_its_trees_replay(cluster, name):
         restarts = handle.restarts()
         assert restarts.get(f"task-{handle.topology.component_tasks['rows'][0]}", 0) >= 1
         assert attach(name).restarts().keys() == restarts.keys()
+        assert handle.chained_tasks == set(handle.topology.chain_hosts()) != set()
         assert not {f"task-{t}" for t in handle.chained_tasks} & restarts.keys()
         assert handle.wait(240), handle.stats().summary()
         got, stats = handle.collected("count"), handle.stats()
