@@ -35,7 +35,7 @@ class BoltExecutor(ExecutorCore):
         period = None if self.is_acker else self.conf["topology.tick.tuple.freq.secs"]
         #: seconds between ticks (None: no ticks)
         self.tick_s: float | None = period
-        self._next_tick = self.clock() + period if period else float("inf")
+        self._next_tick = float("inf")  # (set at prepare: _open)
         self._tick_due = False
         self._tick_queued = False
         self._tick_el = (SYSTEM_TASK_ID, TICK_STREAM, [period])
@@ -51,8 +51,8 @@ class BoltExecutor(ExecutorCore):
 
     def _open(self) -> None:
         super()._open()
-        if self.tick_s is not None:  # the first tick one period after prepare, not after
-            self._next_tick = self.clock() + self.tick_s  # the executor was built
+        if self.tick_s is not None:  # the first tick one period after prepare (the actors
+            self._next_tick = self.clock() + self.tick_s  # are all built before any starts)
 
     def _make_collector(self, routers: dict) -> BoltCollector:
         # a BatchBolt's inputs gathered in this pass over the queue

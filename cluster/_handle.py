@@ -49,13 +49,16 @@ class TopologyHandle:
         transfers: worker index → transfer actor (empty for a one-worker topology).
         prefix: the submit's actor-name prefix (``storm-<name>-<uuid8>``).
         detached: the topology outlives the driver that submitted it (see ``submit``).
+        chained_tasks: tasks chained into another task's actor (they share its actor and
+            its restarts); from ``topology`` unless given (``attach``, which has none).
     """
 
     def __init__(self, name: str, topology: StormTopology, conf: dict,
                  actors: dict[int, ray.actor.ActorHandle], placement_groups: list,
                  task_worker: dict[int, int],
                  transfers: dict[int, ray.actor.ActorHandle] | None = None,
-                 prefix: str | None = None, detached: bool = False) -> None:
+                 prefix: str | None = None, detached: bool = False,
+                 chained_tasks: set[int] | None = None) -> None:
         self.prefix = prefix
         self.detached = detached
         self.name = name
@@ -67,8 +70,9 @@ class TopologyHandle:
         self.task_worker = task_worker
         self._killed = False
         self._complete = False
-        #: tasks chained into another task's actor (they share its actor and its restarts)
-        self.chained_tasks: set[int] = set(topology.chain_hosts()) if topology else set()
+        self.chained_tasks: set[int] = (set(chained_tasks) if chained_tasks is not None
+                                        else set(topology.chain_hosts()) if topology
+                                        else set())
 
     def _executor_actors(self) -> list:
         """Each executor actor once (a task chained into another's actor shares it)."""
@@ -526,7 +530,5 @@ def attach(name: str) -> TopologyHandle:
     except Exception as e:  # an older topology, or killed meanwhile: its own tasks only
         logger.warning("topology %r: chained tasks not found: %s", name, e)
     transfers = {w: ray.get_actor(n, namespace=ns) for w, n in t["workers"].items()}
-    handle = TopologyHandle(name, None, {"topology.executor.max.restarts": -1}, actors, [],
-                            {}, transfers, prefix=t["prefix"])
-    handle.chained_tasks = set(hosts)
-    return handle
+    return TopologyHandle(name, None, {"topology.executor.max.restarts": -1}, actors, [], {},
+                          transfers, prefix=t["prefix"], chained_tasks=set(hosts))
