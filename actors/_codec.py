@@ -13,13 +13,24 @@ Spark rows survive the trip:
 =====  ==========================  ==============================
 code   Python type                 payload
 =====  ==========================  ==============================
-1      ``datetime.datetime``       ISO 8601 text (offset kept)
-2      ``datetime.date``           ISO 8601 text
+1      ``datetime.datetime``       10-byte wall time, then the UTC offset
+                                   (int64 µs, little-endian) if aware
+2      ``datetime.date``           4-byte date
 3      ``decimal.Decimal``         its exact ``str``
 4      ``datetime.time``           ISO 8601 text
 5      ``pyarrow.RecordBatch``     Arrow IPC stream (one batch)
 6      ``pyarrow.Table``           Arrow IPC stream
 =====  ==========================  ==============================
+
+The wall time and the date are the bytes CPython's ``datetime`` and ``date`` pickle
+themselves as (year as two bytes, month with the ``fold`` flag in its top bit, day, then
+hour, minute, second, and microsecond as three bytes, all big-endian): ``__reduce_ex__``
+gives them and the type's constructor reads them back, both in C, with no pickle and no
+code run. ISO text cost several times more per value, the largest cost of the flights job's
+spout in its profile (py-spy; ``benchmarks/flights_rows.py``). A named zone travels as the
+value's UTC offset (the same instant), as ISO 8601 text would carry it; msgpack's own
+Timestamp type keeps neither the offset nor the wall time. The decoder refuses a field out
+of range (see ``_NO_TIME``).
 
 Arrow values let one tuple carry a whole record batch (``DataFrameSpout(...,
 arrow_batches=True)`` feeding vectorised bolts): its buffers are copied once into the frame
@@ -33,6 +44,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import struct
 from typing import Any
 
 import msgpack
@@ -53,11 +65,38 @@ class FrameError(ValueError):
     """A frame that cannot be decoded, is too large, or has the wrong shape."""
 
 
+_UTC = _dt.timezone.utc
+_US = _dt.timedelta(microseconds=1)
+_OFFSET = struct.Struct("<q")
+_ZERO_OFFSET = _OFFSET.pack(0)
+_datetime_state = _dt.datetime.__reduce_ex__  # (type, (state, [tzinfo])); 4: with fold
+_date_state = _dt.date.__reduce_ex__
+#: decoded offsets (their 8 bytes) → their ``timezone``, so equal offsets share one object;
+#: bounded, as a peer chooses the offsets
+_ZONES: dict[bytes, _dt.tzinfo] = {_ZERO_OFFSET: _UTC}
+_MAX_ZONES = 1024
+#: The state constructor checks only the month. Adding no time rebuilds the value through
+#: the checked constructor, which carries an hour of 24, a 30 February or a microsecond of
+#: a million over into the next unit (so the sum differs from the value) and raises on a
+#: year outside 1-9999 (OverflowError, a FrameError to decode_batch): one C-level check,
+#: where field-by-field checks in Python cost more than the decode itself
+_NO_TIME = _dt.timedelta(0)
+
+
 def _default(obj: Any) -> msgpack.ExtType:
     if isinstance(obj, _dt.datetime):
-        return msgpack.ExtType(_EXT_DATETIME, obj.isoformat().encode())
+        state = _datetime_state(obj, 4)[1][0]
+        tz = obj.tzinfo
+        if tz is None:
+            return msgpack.ExtType(_EXT_DATETIME, state)
+        if tz is _UTC:
+            return msgpack.ExtType(_EXT_DATETIME, state + _ZERO_OFFSET)
+        offset = obj.utcoffset()
+        if offset is None:  # a tzinfo that gives no offset: naive, as ISO text has it
+            return msgpack.ExtType(_EXT_DATETIME, state)
+        return msgpack.ExtType(_EXT_DATETIME, state + _OFFSET.pack(offset // _US))
     if isinstance(obj, _dt.date):
-        return msgpack.ExtType(_EXT_DATE, obj.isoformat().encode())
+        return msgpack.ExtType(_EXT_DATE, _date_state(obj, 4)[1][0])
     if isinstance(obj, decimal.Decimal):
         return msgpack.ExtType(_EXT_DECIMAL, str(obj).encode())
     if isinstance(obj, _dt.time):
@@ -92,14 +131,51 @@ def _from_arrow_ipc(code: int, data: bytes):
         raise FrameError(f"undecodable Arrow payload ({type(e).__name__}: {e})") from None
 
 
+def _datetime_from(data: bytes) -> _dt.datetime:
+    n = len(data)
+    if n == 18:
+        tz = _ZONES.get(data[10:])
+        if tz is None:
+            tz = _zone(data[10:])
+        data = data[:10]
+    elif n == 10:
+        tz = None
+    else:
+        raise FrameError(f"datetime payload of {n} bytes (10 or 18 expected)")
+    value = _dt.datetime(data, tz)
+    if value + _NO_TIME != value:  # (see _NO_TIME)
+        raise FrameError("datetime payload's fields are out of range")
+    return value
+
+
+def _zone(offset_bytes: bytes) -> _dt.tzinfo:
+    offset = _OFFSET.unpack(offset_bytes)[0]
+    try:
+        tz = _dt.timezone(_dt.timedelta(microseconds=offset))
+    except ValueError:  # not strictly within a day
+        raise FrameError(f"datetime payload's UTC offset {offset} µs is out of range") from None
+    if len(_ZONES) < _MAX_ZONES:
+        _ZONES[offset_bytes] = tz
+    return tz
+
+
+def _date_from(data: bytes) -> _dt.date:
+    if len(data) != 4:
+        raise FrameError(f"date payload of {len(data)} bytes (4 expected)")
+    value = _dt.date(data)
+    if value + _NO_TIME != value:  # (see _NO_TIME)
+        raise FrameError("date payload's fields are out of range")
+    return value
+
+
 def _ext_hook(code: int, data: bytes) -> Any:
+    if code == _EXT_DATETIME:  # (first: the most frequent, one per row of a time column)
+        return _datetime_from(data)
     if code in (_EXT_ARROW_BATCH, _EXT_ARROW_TABLE):
         return _from_arrow_ipc(code, data)
-    text = data.decode()
-    if code == _EXT_DATETIME:
-        return _dt.datetime.fromisoformat(text)
     if code == _EXT_DATE:
-        return _dt.date.fromisoformat(text)
+        return _date_from(data)
+    text = data.decode()
     if code == _EXT_DECIMAL:
         return decimal.Decimal(text)
     if code == _EXT_TIME:

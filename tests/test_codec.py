@@ -87,3 +87,59 @@ def test_every_supported_type_round_trips_exactly_time_zones_included():
     b2, t2 = (it[1][0] for it in decode_batch(frame, num_streams=1)[3])
     assert b2.equals(batch) and b2.schema == batch.schema
     assert t2.equals(table) and t2.schema == table.schema
+
+
+def test_datetimes_and_dates_round_trip_at_their_edges():
+    """The binary wall time keeps fold, the extremes of the range, and offsets with seconds
+    and microseconds (Python allows both); a date keeps a leap day."""
+    import datetime as dt
+
+    odd = dt.timezone(dt.timedelta(hours=-3, minutes=-25, seconds=-7, microseconds=-11))
+    values = [
+        dt.datetime.min, dt.datetime.max, dt.datetime.max.replace(tzinfo=dt.timezone.utc),
+        dt.datetime(2021, 11, 7, 1, 30, fold=1), dt.datetime(2021, 11, 7, 1, 30, tzinfo=odd),
+        dt.datetime(2000, 2, 29, 12, tzinfo=dt.timezone(dt.timedelta(hours=23, minutes=59))),
+        dt.date.min, dt.date.max, dt.date(2000, 2, 29),
+    ]
+    items = [[0, [v]] for v in values]
+    got = [it[1][0] for it in decode_batch(encode_batch(1, items), num_streams=1)[3]]
+    for sent, back in zip(values, got, strict=True):
+        assert back == sent and type(back) is type(sent), (sent, back)
+        if isinstance(sent, dt.datetime):
+            assert (back.fold, back.utcoffset()) == (sent.fold, sent.utcoffset())
+            assert back.replace(tzinfo=None) == sent.replace(tzinfo=None)  # the wall time
+
+
+def _ext_frame(code: int, payload: bytes) -> bytes:
+    return msgpack.packb([1, 0, 0, [[0, [msgpack.ExtType(code, payload)]]]])
+
+
+@pytest.mark.parametrize("code, payload", [
+    (1, bytes([7, 221, 1, 1, 24, 0, 0, 0, 0, 0])),                 # hour 24
+    (1, bytes([7, 221, 1, 1, 5, 60, 0, 0, 0, 0])),                 # minute 60
+    (1, bytes([7, 221, 1, 1, 5, 0, 60, 0, 0, 0])),                 # second 60
+    (1, bytes([7, 221, 1, 1, 5, 0, 0, 0x0F, 0x42, 0x40])),         # 1,000,000 µs
+    (1, bytes([7, 221, 13, 1, 5, 0, 0, 0, 0, 0])),                 # month 13
+    (1, bytes([7, 221, 2, 29, 5, 0, 0, 0, 0, 0])),                 # 2013-02-29
+    (1, bytes([0, 0, 1, 1, 5, 0, 0, 0, 0, 0])),                    # year 0
+    (1, bytes([7, 221, 1, 0, 5, 0, 0, 0, 0, 0])),                  # day 0
+    (1, bytes([7, 221, 1, 1, 5, 0, 0, 0, 0])),                     # 9 bytes
+    (1, bytes([7, 221, 1, 1, 5, 0, 0, 0, 0, 0]) + (86_400_000_000).to_bytes(8, "little")),
+    (2, bytes([7, 221, 2, 30])),                                   # 2013-02-30
+    (2, bytes([7, 221, 2])),
+])
+def test_malformed_datetime_and_date_payloads_raise_frame_error(code, payload):
+    with pytest.raises(FrameError):
+        decode_batch(_ext_frame(code, payload), num_streams=1)
+
+
+def test_a_datetime_travels_in_a_compact_payload():
+    """Ten bytes of wall time, eight more for an offset: not ISO text."""
+    import datetime as dt
+
+    naive = dt.datetime(2013, 1, 1, 5, 15, 0, 123456)
+    aware = naive.replace(tzinfo=dt.timezone(dt.timedelta(hours=-5)))
+    for value, size in ((naive, 10), (aware, 18), (naive.date(), 4)):
+        frame = encode_batch(1, [[0, [value]]])
+        ext = msgpack.unpackb(frame)[3][0][1][0]
+        assert isinstance(ext, msgpack.ExtType) and len(ext.data) == size, (value, ext)
