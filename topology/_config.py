@@ -49,7 +49,8 @@ _KEYS: list[ConfigKey] = [
               minimum=1),
     ConfigKey("topology.batch.flush.interval.millis", (int, float), 1,
               "Storm's default: partial batches leave at least every 1 ms. 0 disables "
-              "flush tuples.", minimum=0),
+              "flush tuples. A DataFrameSpout sets 10 for itself (rows per second count "
+              "there, not milliseconds; its docstring says why).", minimum=0),
     ConfigKey("topology.transfer.buffer.size", (int,), 1000,
               "Storm's default, accepted for compatibility but unused: a transfer actor's "
               "queue is bounded by the per (sender, destination task) credits of "
@@ -209,8 +210,12 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("topology.bolt.wait.progressive.level2.count", (int,), 0,
               "Storm uses 1000; 0 here for the reason given for the backpressure strategy: "
               "an idle bolt waits on its wakeup event, which input sets.", minimum=0),
-    ConfigKey("topology.bolt.wait.progressive.level3.sleep.millis", (int, float), 1,
-              "Storm's default.", minimum=0),
+    ConfigKey("topology.bolt.wait.progressive.level3.sleep.millis", (int, float), 10,
+              "Storm uses 1. An idle bolt's wait ends when input, a completed send or a stop "
+              "sets its wakeup event, and no later than its next flush or tick, so this "
+              "only bounds how often it wakes for nothing; each such wake-up costs Python "
+              "time that a busy task on the same cores loses (benchmarks/flights_rows.py; "
+              "figures in docs/benchmarks.md).", minimum=0),
     ConfigKey("topology.spout.wait.strategy", (str,), "progressive",
               "Storm's default idle strategy of a spout that emitted nothing.",
               choices=WAIT_STRATEGIES),

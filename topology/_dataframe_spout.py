@@ -12,6 +12,9 @@ from topology._components import Spout
 from topology._dead_letters import RetryService
 from topology._errors import TopologyError
 
+#: A DataFrameSpout's flush interval (ms): see DataFrameSpout.get_component_configuration
+FLUSH_INTERVAL_MS = 10
+
 
 class DataFrameSpout(Spout):
     """Emits the rows of a Spark DataFrame as tuples whose fields are its column names.
@@ -82,6 +85,15 @@ class DataFrameSpout(Spout):
         self.emitted_rows = 0
         # Keep the dataset (and so the blocks' owner bookkeeping) alive on the driver side.
         self._ds = ds
+
+    def get_component_configuration(self) -> dict[str, Any]:
+        """``topology.batch.flush.interval.millis`` = :data:`FLUSH_INTERVAL_MS` for this
+        spout: a frame is already in Ray's object store, so what counts is rows per second,
+        and a partial batch that leaves every 1 ms (Storm's default) carries a few rows
+        per actor call while the spout emits without pause (benchmarks/flights_rows.py;
+        figures in docs/benchmarks.md). ``add_configuration`` on its declarer overrides it
+        (Storm's merge order); the topology-wide key does not."""
+        return {"topology.batch.flush.interval.millis": FLUSH_INTERVAL_MS}
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
