@@ -26,8 +26,8 @@ The wall time and the date are the bytes CPython's ``datetime`` and ``date`` pic
 themselves as (year as two bytes, month with the ``fold`` flag in its top bit, day, then
 hour, minute, second, and microsecond as three bytes, all big-endian): ``__reduce_ex__``
 gives them and the type's constructor reads them back, both in C, with no pickle and no
-code run. ISO text cost several times more per value, the largest cost of the flights job's
-spout in its profile (py-spy; ``benchmarks/flights_rows.py``). A named zone travels as the
+code run. With ISO text, encoding a flights row (one datetime among ten values) took 5.8
+µs instead of 3.6 (docs/benchmarks.md, the main job's rows). A named zone travels as the
 value's UTC offset (the same instant), as ISO 8601 text would carry it; msgpack's own
 Timestamp type keeps neither the offset nor the wall time. The decoder refuses a field out
 of range (see ``_NO_TIME``).
@@ -70,7 +70,8 @@ _US = _dt.timedelta(microseconds=1)
 _OFFSET = struct.Struct("<q")
 _ZERO_OFFSET = _OFFSET.pack(0)
 _datetime_state = _dt.datetime.__reduce_ex__  # (type, (state, [tzinfo])); 4: with fold
-_date_state = _dt.date.__reduce_ex__
+_date_state = _dt.date.__reduce__  # (C: date's own __reduce_ex__ is object's, which runs a
+#                                     subclass's __reduce__)
 #: decoded offsets (their 8 bytes) → their ``timezone``, so equal offsets share one object;
 #: bounded, as a peer chooses the offsets
 _ZONES: dict[bytes, _dt.tzinfo] = {_ZERO_OFFSET: _UTC}
@@ -85,6 +86,9 @@ _NO_TIME = _dt.timedelta(0)
 
 def _default(obj: Any) -> msgpack.ExtType:
     if isinstance(obj, _dt.datetime):
+        if obj != obj:  # pandas' NaT, a datetime subclass whose state is year 1's
+            raise TypeError("cannot serialise a NaT (not a time) in a tuple: emit None for "
+                            "a missing time")
         state = _datetime_state(obj, 4)[1][0]
         tz = obj.tzinfo
         if tz is None:
@@ -96,7 +100,7 @@ def _default(obj: Any) -> msgpack.ExtType:
             return msgpack.ExtType(_EXT_DATETIME, state)
         return msgpack.ExtType(_EXT_DATETIME, state + _OFFSET.pack(offset // _US))
     if isinstance(obj, _dt.date):
-        return msgpack.ExtType(_EXT_DATE, _date_state(obj, 4)[1][0])
+        return msgpack.ExtType(_EXT_DATE, _date_state(obj)[1][0])
     if isinstance(obj, decimal.Decimal):
         return msgpack.ExtType(_EXT_DECIMAL, str(obj).encode())
     if isinstance(obj, _dt.time):
@@ -134,29 +138,27 @@ def _from_arrow_ipc(code: int, data: bytes):
 def _datetime_from(data: bytes) -> _dt.datetime:
     n = len(data)
     if n == 18:
-        tz = _ZONES.get(data[10:])
-        if tz is None:
-            tz = _zone(data[10:])
+        key = data[10:]
+        tz = _ZONES.get(key) or _zone(key)
         data = data[:10]
     elif n == 10:
-        tz = None
+        tz = key = None
     else:
         raise FrameError(f"datetime payload of {n} bytes (10 or 18 expected)")
     value = _dt.datetime(data, tz)
     if value + _NO_TIME != value:  # (see _NO_TIME)
         raise FrameError("datetime payload's fields are out of range")
+    if key is not None and key not in _ZONES and len(_ZONES) < _MAX_ZONES:
+        _ZONES[key] = tz  # (only once a value with it passed: refused frames pin nothing)
     return value
 
 
 def _zone(offset_bytes: bytes) -> _dt.tzinfo:
     offset = _OFFSET.unpack(offset_bytes)[0]
     try:
-        tz = _dt.timezone(_dt.timedelta(microseconds=offset))
+        return _dt.timezone(_dt.timedelta(microseconds=offset))
     except ValueError:  # not strictly within a day
         raise FrameError(f"datetime payload's UTC offset {offset} µs is out of range") from None
-    if len(_ZONES) < _MAX_ZONES:
-        _ZONES[offset_bytes] = tz
-    return tz
 
 
 def _date_from(data: bytes) -> _dt.date:

@@ -118,6 +118,10 @@ class SpoutExecutor(ExecutorCore):
             if (not self.active or (max_pending is not None and len(trees) >= max_pending)
                     or (throttles and policy.spout_delay(time.monotonic(), col.emitted) > 0)):
                 counter = skips
+                if max_pending is not None and len(trees) >= max_pending:
+                    # the trees the cap waits for may sit in partial batches: send them
+                    # now, not at the next flush (a DataFrameSpout's comes every 10 ms)
+                    outbox.try_flush_batches()
                 idle = self._idle(idle) if recv <= 1 else 0
                 continue
             before = col.emitted

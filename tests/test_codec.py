@@ -114,23 +114,57 @@ def _ext_frame(code: int, payload: bytes) -> bytes:
     return msgpack.packb([1, 0, 0, [[0, [msgpack.ExtType(code, payload)]]]])
 
 
-@pytest.mark.parametrize("code, payload", [
-    (1, bytes([7, 221, 1, 1, 24, 0, 0, 0, 0, 0])),                 # hour 24
-    (1, bytes([7, 221, 1, 1, 5, 60, 0, 0, 0, 0])),                 # minute 60
-    (1, bytes([7, 221, 1, 1, 5, 0, 60, 0, 0, 0])),                 # second 60
-    (1, bytes([7, 221, 1, 1, 5, 0, 0, 0x0F, 0x42, 0x40])),         # 1,000,000 µs
-    (1, bytes([7, 221, 13, 1, 5, 0, 0, 0, 0, 0])),                 # month 13
-    (1, bytes([7, 221, 2, 29, 5, 0, 0, 0, 0, 0])),                 # 2013-02-29
-    (1, bytes([0, 0, 1, 1, 5, 0, 0, 0, 0, 0])),                    # year 0
-    (1, bytes([7, 221, 1, 0, 5, 0, 0, 0, 0, 0])),                  # day 0
-    (1, bytes([7, 221, 1, 1, 5, 0, 0, 0, 0])),                     # 9 bytes
-    (1, bytes([7, 221, 1, 1, 5, 0, 0, 0, 0, 0]) + (86_400_000_000).to_bytes(8, "little")),
-    (2, bytes([7, 221, 2, 30])),                                   # 2013-02-30
-    (2, bytes([7, 221, 2])),
+@pytest.mark.parametrize("code, payload, message", [
+    (1, bytes([7, 221, 1, 1, 24, 0, 0, 0, 0, 0]), "fields are out of range"),         # hour 24
+    (1, bytes([7, 221, 1, 1, 5, 60, 0, 0, 0, 0]), "fields are out of range"),         # minute 60
+    (1, bytes([7, 221, 1, 1, 5, 0, 60, 0, 0, 0]), "fields are out of range"),         # second 60
+    (1, bytes([7, 221, 1, 1, 5, 0, 0, 0x0F, 0x42, 0x40]), "fields are out of range"),  # 10**6 µs
+    (1, bytes([7, 221, 2, 29, 5, 0, 0, 0, 0, 0]), "fields are out of range"),         # 2013-02-29
+    (1, bytes([7, 221, 1, 0, 5, 0, 0, 0, 0, 0]), "fields are out of range"),          # day 0
+    (1, bytes([7, 221, 13, 1, 5, 0, 0, 0, 0, 0]), "undecodable frame"),     # month 13 (TypeError)
+    (1, bytes([0, 0, 1, 1, 5, 0, 0, 0, 0, 0]), "undecodable frame"),    # year 0 (OverflowError)
+    (1, bytes([7, 221, 1, 1, 5, 0, 0, 0, 0]), "10 or 18 expected"),
+    (1, bytes([7, 221, 1, 1, 5, 0, 0, 0, 0, 0]) + (86_400_000_000).to_bytes(8, "little"),
+     "UTC offset"),
+    (2, bytes([7, 221, 2, 30]), "date payload's fields are out of range"),         # 2013-02-30
+    (2, bytes([7, 221, 2]), "4 expected"),
 ])
-def test_malformed_datetime_and_date_payloads_raise_frame_error(code, payload):
-    with pytest.raises(FrameError):
+def test_malformed_datetime_and_date_payloads_raise_frame_error(code, payload, message):
+    with pytest.raises(FrameError, match=message):
         decode_batch(_ext_frame(code, payload), num_streams=1)
+
+
+def test_a_well_formed_payload_built_by_hand_decodes():
+    """The frames above differ from this one only in the field under test."""
+    import datetime as dt
+
+    payload = bytes([7, 221, 1, 1, 5, 0, 0, 0, 0, 0]) + (-18_000_000_000).to_bytes(
+        8, "little", signed=True)
+    value = decode_batch(_ext_frame(1, payload), num_streams=1)[3][0][1][0]
+    assert value == dt.datetime(2013, 1, 1, 5, tzinfo=dt.timezone(dt.timedelta(hours=-5)))
+
+
+def test_subclasses_travel_as_their_base_type_and_nat_is_refused():
+    """A subclass's own ``__reduce__`` never runs (a date subclass once crashed the send);
+    pandas' NaT, a datetime whose state is year 1's, is refused with a clear error instead
+    of arriving as 0001-01-01."""
+    import datetime as dt
+
+    class Day(dt.date):
+        def __reduce__(self):
+            return (Day, ())
+
+    class Instant(dt.datetime):
+        def __reduce_ex__(self, protocol):
+            return (Instant, ())
+
+    items = [[0, [Day(2020, 1, 2), Instant(2020, 1, 2, 3, tzinfo=dt.timezone.utc)]]]
+    back = decode_batch(encode_batch(1, items), num_streams=1)[3][0][1]
+    assert back == [dt.date(2020, 1, 2), dt.datetime(2020, 1, 2, 3, tzinfo=dt.timezone.utc)]
+    assert [type(v) for v in back] == [dt.date, dt.datetime]
+    pd = pytest.importorskip("pandas")
+    with pytest.raises(TypeError, match="NaT"):
+        encode_batch(1, [[0, [pd.NaT]]])
 
 
 def test_a_datetime_travels_in_a_compact_payload():

@@ -102,9 +102,9 @@ def test_dataframe_spout_rejects_non_frames():
 
 
 def test_dataframe_spout_flushes_every_10_ms_unless_its_declarer_says_otherwise(spark):
-    """The spout's own flush interval wins over the topology's key (Storm's merge order);
-    ``add_configuration`` on its declarer wins over both."""
-    from topology._dataframe_spout import FLUSH_INTERVAL_MS
+    """The spout's component config carries its flush interval, which an executor merges
+    over the topology's key (Storm's order); ``add_configuration`` on its declarer wins."""
+    from topology import make_config
 
     key = "topology.batch.flush.interval.millis"
     df, _ = _frame(spark, 10)
@@ -113,7 +113,8 @@ def test_dataframe_spout_flushes_every_10_ms_unless_its_declarer_says_otherwise(
     b.set_spout("df_fast", DataFrameSpout(df)).add_configuration(key, 1)
     b.set_bolt("sink", CollectorBolt()).shuffle_grouping("df").shuffle_grouping("df_fast")
     topology = b.create_topology()
-    assert FLUSH_INTERVAL_MS == 10
     assert topology.components["df"].conf[key] == 10
+    merged = make_config({key: 1, **topology.components["df"].conf})  # (ExecutorCore's merge)
+    assert merged[key] == 10
     assert topology.components["df_fast"].conf[key] == 1
     assert key not in topology.components["sink"].conf
