@@ -137,19 +137,22 @@ def _from_arrow_ipc(code: int, data: bytes):
 
 def _datetime_from(data: bytes) -> _dt.datetime:
     n = len(data)
+    new_zone = None
     if n == 18:
         key = data[10:]
-        tz = _ZONES.get(key) or _zone(key)
+        tz = _ZONES.get(key)
+        if tz is None:
+            tz = new_zone = _zone(key)
         data = data[:10]
     elif n == 10:
-        tz = key = None
+        tz = None
     else:
         raise FrameError(f"datetime payload of {n} bytes (10 or 18 expected)")
     value = _dt.datetime(data, tz)
     if value + _NO_TIME != value:  # (see _NO_TIME)
         raise FrameError("datetime payload's fields are out of range")
-    if key is not None and key not in _ZONES and len(_ZONES) < _MAX_ZONES:
-        _ZONES[key] = tz  # (only once a value with it passed: refused frames pin nothing)
+    if new_zone is not None and len(_ZONES) < _MAX_ZONES:
+        _ZONES[key] = new_zone  # (only once a value with it passed: refused frames pin none)
     return value
 
 

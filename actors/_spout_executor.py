@@ -115,10 +115,11 @@ class SpoutExecutor(ExecutorCore):
                     spout = _ENDED
             if self._want_active is not self.active:
                 self._apply_active()
-            if (not self.active or (max_pending is not None and len(trees) >= max_pending)
+            capped = max_pending is not None and len(trees) >= max_pending
+            if (not self.active or capped
                     or (throttles and policy.spout_delay(time.monotonic(), col.emitted) > 0)):
                 counter = skips
-                if max_pending is not None and len(trees) >= max_pending:
+                if capped:
                     # the trees the cap waits for may sit in partial batches: send them
                     # now, not at the next flush (a DataFrameSpout's comes every 10 ms)
                     outbox.try_flush_batches()
