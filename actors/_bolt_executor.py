@@ -85,18 +85,19 @@ class BoltExecutor(ExecutorCore):
             return
         self._execute(tup)
 
-    def execute_chained(self, src: int, msg: tuple) -> None:
-        """A data tuple from the task this one is chained to (``ChainInserter``; executor
-        thread): ``msg`` is ``(stream, values[, anchors])`` as emitted. :meth:`handle`'s
-        path without its checks: a chained bolt is never a batch bolt."""
-        comp, sid, fields = self.streams[msg[0]]
-        self._execute(Tuple(msg[1], fields, comp, src, sid, msg[2] if len(msg) > 2 else None))
-
     def _execute(self, tup: Tuple) -> None:
+        """Run the bolt on one data tuple (executor thread; a chained task's too, called by
+        its ``ChainInserter``): user code that raises is reported and its tuple fails (it
+        replays); with ``auto_ack`` a tuple it left open is acked. One execute in
+        ``topology.stats.sample.rate``'s is timed (a countdown, not a modulo: this runs per
+        tuple, benchmarks/peers.py chained rows)."""
         col = self.collector
         col.current = tup
-        timed = self._sample_every and self.executed % self._sample_every == 0
-        if timed:
+        n = self._sample_in - 1
+        if n:
+            self._sample_in = n
+        else:
+            self._sample_in = self._sample_every
             t0 = time.perf_counter()
         try:
             self.obj.execute(tup)
@@ -104,13 +105,17 @@ class BoltExecutor(ExecutorCore):
             self.errors.report(e, "execute")
             col.fail(tup)
         else:
-            if col.auto_ack and not tup.done:
-                col.ack(tup)
+            if not tup.done and col.auto_ack:
+                if tup.anchors is None:  # untracked: what ack would do, without the call
+                    tup.done = True
+                    col.acked += 1
+                else:
+                    col.ack(tup)
         finally:
             col.current = None
-            if timed:
-                self.latency_sum_s += time.perf_counter() - t0
-                self.latency_n += 1
+        if not n:
+            self.latency_sum_s += time.perf_counter() - t0
+            self.latency_n += 1
         self.executed += 1
 
     def handle_timed(self, el, arrived_at: float) -> None:

@@ -6,10 +6,11 @@ The plan chains a bolt to its one source when they are joined by a forward edge
 then runs in the executor actor of task k of its source (the chain's host), as its own
 :class:`~actors.ExecutorCore` (its own collector, acking ledger, outbox to the tasks
 outside the chain, errors and counters) without a thread of its own. The host's sink to a
-chained task is a :class:`ChainInserter`: an emit into it calls the chained task's
-``handle`` at once, on the host's executor thread, with no batch, no encoding and no
-actor call (the emitted values object itself, as Storm passes tuples between the
-executors of one worker).
+chained task is a :class:`ChainInserter`: an emit into it runs the chained task's
+``_execute`` on a new ``Tuple`` at once (through :meth:`ChainInserter.entry` for an
+untracked emit on a stream routed to that task alone; markers go to its ``handle``), on
+the host's executor thread, with no batch, no encoding and no actor call (the emitted
+values object itself, as Storm passes tuples between the executors of one worker).
 
 Backpressure covers the chain through the host's ``pending_emits``: a chained task whose
 own emits wait (its destination outside the chain is full or backlogged) refuses the next
@@ -24,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from actors._streams import SystemStream
+from topology import Tuple
 
 if TYPE_CHECKING:  # (imported at run time by actors/_executor.py: no cycle here)
     from actors._executor import ExecutorCore
@@ -58,15 +60,16 @@ class ChainInserter:
         link: the destination's :class:`ChainLink`.
     """
 
-    __slots__ = ("_src", "_core", "_handle", "_execute", "_pending", "_flush_pending",
-                 "batch", "batch_size", "transferred")
+    __slots__ = ("_src", "_core", "_handle", "_execute", "_streams", "_pending",
+                 "_flush_pending", "batch", "batch_size", "transferred")
 
     def __init__(self, src_task: int, link: ChainLink) -> None:
         core = link.core
         self._src = src_task
         self._core = core
         self._handle = core.handle
-        self._execute = core.execute_chained
+        self._execute = core._execute
+        self._streams = core.streams
         self._pending = core.outbox.pending_emits
         self._flush_pending = core.outbox.try_flush_pending
         #: always empty (read by ``Outbox``'s flushes and the collectors' ack folding)
@@ -86,14 +89,33 @@ class ChainInserter:
         if self._pending and not self._flush_pending():
             return False
         self.transferred += 1
-        if msg[0] >= 0:
-            self._execute(self._src, msg)
+        s = msg[0]
+        if s >= 0:  # a data tuple: BoltExecutor.handle's path without its checks (a chained
+            comp, sid, fields = self._streams[s]  # bolt is never a batch bolt)
+            self._execute(Tuple(msg[1], fields, comp, self._src, sid,
+                                msg[2] if len(msg) > 2 else None))
             return True
         core = self._core
         self._handle((self._src, *msg))
         if msg[0] == EOS_STREAM and not core.upstream_open:
             core.end_in_chain()
         return True
+
+    def entry(self, s: int):
+        """The chained task's entry for an untracked data tuple on wire stream ``s``
+        (``StreamRouter.chained``): ``(values) -> bool``, :meth:`try_publish` of
+        ``(s, values)`` with the stream's names looked up once, not per tuple."""
+        comp, sid, fields = self._streams[s]
+        src, execute = self._src, self._execute
+        pending, flush_pending = self._pending, self._flush_pending
+
+        def run(values) -> bool:
+            if pending and not flush_pending():
+                return False
+            self.transferred += 1
+            execute(Tuple(values, fields, comp, src, sid))
+            return True
+        return run
 
     #: the collectors' ack folding appends without flushing: here both deliver at once
     try_append = try_publish

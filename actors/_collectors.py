@@ -122,9 +122,18 @@ class SpoutCollector(_Emitter, SpoutOutputCollector):
             r = self._router(values, stream)  # raises, naming the stream
         targets = r.fixed or r.route(values)
         self.emitted += 1
-        if msg_id is None:
+        if msg_id is not None:
+            return self._tracked(r.index, values, targets, msg_id)
+        if len(targets) != 1 or self._pending:
             return self._send(targets, (r.index, values))
-        return self._tracked(r.index, values, targets, msg_id)
+        # the usual: one target and nothing held (_send, inline; a chained one's entry)
+        run = r.chained
+        if run is not None:
+            if not run(values):
+                self._pending.append((targets[0], (r.index, values)))
+        elif not self._inserters[targets[0]].try_publish(msg := (r.index, values)):
+            self._pending.append((targets[0], msg))
+        return targets
 
     def emit_direct(self, task: int, values, stream: str = DEFAULT_STREAM,
                     msg_id: Any = None) -> None:
@@ -197,6 +206,16 @@ class BoltCollector(_Emitter, OutputCollector):
             r = self._router(values, stream)  # raises, naming the stream
         targets = r.fixed or r.route(values)
         self.emitted += 1
+        if anchors is None and len(targets) == 1 and not self._pending:
+            a = self.current  # an untracked emit to one target (_anchored and _send, inline)
+            if self._ledger is None or a is None or not a.anchors or not self.auto_ack:
+                run = r.chained  # (a chained target's entry)
+                if run is not None:
+                    if not run(values):
+                        self._pending.append((targets[0], (r.index, values)))
+                elif not self._inserters[targets[0]].try_publish(msg := (r.index, values)):
+                    self._pending.append((targets[0], msg))
+                return targets
         return self._anchored(r.index, values, targets, anchors)
 
     def emit_direct(self, task: int, values, stream: str = DEFAULT_STREAM,

@@ -38,6 +38,7 @@ from actors._acking import (
     SystemStream,
     UserCalls,
 )
+from actors._chain import ChainInserter
 from actors._errors import ErrorReporter, LogThrottle
 from actors._inbound import Inbound
 from actors._outbox import Outbox, Sink
@@ -161,6 +162,8 @@ class ExecutorCore:
         self.held_by_s: dict[int, float] = {}
         rate = c["topology.stats.sample.rate"]
         self._sample_every = max(1, round(1.0 / rate)) if rate > 0 else 0
+        # executes until the next timed one (1: the first; 0: never, it counts down past 0)
+        self._sample_in = 1 if self._sample_every else 0
         self.latency_sum_s = 0.0
         self.latency_n = 0
         self.state = "created"
@@ -257,14 +260,19 @@ class ExecutorCore:
 
     def connect(self, sinks: dict[int, Sink]) -> None:
         """Give the executor one sink per destination task; must cover ``destinations``.
-        The load-aware shuffles then weigh their targets by ``Outbox.load``.
+        The load-aware shuffles then weigh their targets by ``Outbox.load``, and a stream
+        routed to one chained task gets that task's entry (``StreamRouter.chained``).
 
         Raises:
             ValueError: a destination task has no sink.
         """
         self.outbox.connect(sinks, self.destinations)
+        inserters = self.outbox.inserters
         for router in self.collector.routers.values():
             router.bind_load(self.outbox.load)
+            fixed = router.fixed
+            ins = inserters.get(fixed[0]) if fixed and len(fixed) == 1 else None
+            router.chained = ins.entry(router.index) if isinstance(ins, ChainInserter) else None
 
     def apply_backpressure(self, status: BackPressureStatus) -> list[int]:
         """Apply another worker's status to this task's sends (control thread); returns the

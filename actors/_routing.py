@@ -194,7 +194,7 @@ class StreamRouter:
     """
 
     __slots__ = ("component", "stream", "index", "arity", "_subs", "direct_tasks", "_single",
-                 "fixed")
+                 "fixed", "chained")
 
     def __init__(self, component: str, stream: str, index: int, fields: Fields,
                  subs: list[_Sub | LoadAwareShuffle], direct_tasks: frozenset[int]) -> None:
@@ -211,6 +211,9 @@ class StreamRouter:
         self.fixed: tuple[int, ...] | None = None
         if all(s.kind in ("all", "global") or len(s.tasks) == 1 for s in subs):
             self.fixed = tuple(t for s in subs for t in s.tasks)
+        #: when ``fixed`` is one task chained into this executor: its entry for an
+        #: untracked tuple, ``(values) -> bool`` (``ChainInserter.entry``; set at connect)
+        self.chained = None
 
     def route(self, values) -> tuple[int, ...]:
         """Target task ids for ``values`` (possibly empty; shared, hence a tuple). Callers

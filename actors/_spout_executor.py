@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 
 from actors._acking import UserCalls
@@ -71,8 +72,11 @@ class SpoutExecutor(ExecutorCore):
         measurably, benchmarks/acking_stages.py), and on the next iteration whenever the
         spout cannot emit (pending emits held by backpressure, ``max.spout.pending``
         reached, idle, throttled by the policy), so acks drain at once when they are what
-        the spout waits for. ``StopIteration`` ends the stream once no tree is pending; a
-        fail after it calls ``next_tuple`` again, so the spout can replay."""
+        the spout waits for. Between two queue checks the calls come in a burst that skips
+        the per-iteration checks its own emits cannot change (activation, draining, a stop
+        are seen at most ``skips`` calls later; a throttling policy has no bursts).
+        ``StopIteration`` ends the stream once no tree is pending; a fail after it calls
+        ``next_tuple`` again, so the spout can replay."""
         q, spout, ledger, outbox = self.queue, self.obj, self.ledger, self.outbox
         pending, trees = outbox.pending_emits, ledger.trees
         acking = bool(ledger.ackers)
@@ -84,7 +88,8 @@ class SpoutExecutor(ExecutorCore):
         counter = skips  # check the queue on the first iteration
         idle = bp_idle = 0
         exhausted = exhausted_once = False
-        calls, sample = 0, self._sample_every
+        sample = self._sample_every
+        calls, next_timed = 0, (1 if sample else sys.maxsize)
         while not self._stop:
             recv = 0
             if counter >= skips:
@@ -125,13 +130,31 @@ class SpoutExecutor(ExecutorCore):
                     outbox.try_flush_batches()
                 idle = self._idle(idle) if recv <= 1 else 0
                 continue
-            before = col.emitted
+            b = col.emitted  # (before the last next_tuple call)
             calls += 1
-            timed = sample and calls % sample == 0
+            timed = calls >= next_timed
             if timed:
+                next_timed = calls + sample
                 t0 = time.perf_counter()
             try:
                 spout.next_tuple()
+                if not timed and not throttles:
+                    # a burst (a departure from Storm, whose loop makes every check above
+                    # before each nextTuple): next_tuple again until the queue check is
+                    # due, while each call emits and nothing it changes holds the spout
+                    # back; those checks weigh on a chain host's thread
+                    # (benchmarks/peers.py, chained rows). Its calls count towards the queue
+                    # check and the next timed call (not if one raises: the check then
+                    # comes a few calls late).
+                    burst = room = min(skips - counter, next_timed - calls - 1)
+                    while (room > 0 and not pending and col.emitted != b
+                           and (max_pending is None or len(trees) < max_pending)
+                           and not ledger.acks_due):
+                        b = col.emitted
+                        room -= 1
+                        spout.next_tuple()
+                    counter += burst - room
+                    calls += burst - room
             except StopIteration:
                 self._user_calls(UserCalls(ledger.take_acks_due(), []))
                 if not trees:
@@ -149,7 +172,7 @@ class SpoutExecutor(ExecutorCore):
                 self.latency_n += 1
             if ledger.acks_due:  # without ackers a tuple is acked once next_tuple returns
                 self._user_calls(UserCalls(ledger.take_acks_due(), []))
-            if col.emitted == before and recv <= 1:
+            if col.emitted == b and recv <= 1:  # the last call emitted nothing
                 counter = skips
                 idle = self._idle(idle)
             else:

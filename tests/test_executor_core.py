@@ -92,7 +92,7 @@ def test_bolt_ends_after_all_upstream_markers_and_calls_finish_once():
     b.set_bolt("count", CountBolt()).shuffle_grouping("src")
     topo = b.create_topology()  # count=1, src=2,3
     workers = {1: 0, 2: 0, 3: 0}
-    bolt = make_executor("t", topo, {}, 1, workers)
+    bolt = make_executor("t", topo, {"topology.stats.sample.rate": 0.25}, 1, workers)
     spouts = [make_executor("t", topo, {}, t, workers) for t in (2, 3)]
     for s in spouts:
         s.connect({1: ExecutorCore.make_queue_sink(bolt.queue, s.task_id)})
@@ -105,6 +105,7 @@ def test_bolt_ends_after_all_upstream_markers_and_calls_finish_once():
     assert bolt.done.wait(10)
     assert bolt.state == "done" and bolt.executed == 100
     assert bolt.obj.counts == {f"k{i}": 10 for i in range(10)}
+    assert bolt.latency_n == 25  # executes 1, 5, ..., 97 timed (the sample rate)
 
 
 def test_a_fail_that_empties_pending_is_replayed_before_the_stream_ends():
@@ -560,3 +561,35 @@ def test_a_bolt_completes_a_one_ack_tree_itself_and_leaves_the_rest_to_the_acker
     assert core.ledger.completed_trees == 1 and core.acked == 5
     assert sent == {src: [[ACKER_ACKED, [whole]]],
                     topo.acker_tasks[0]: [[ACK_ACK, [x for r in roots[1:] for x in r]]]}
+
+
+@pytest.mark.parametrize("skips", [0, 3, 50])
+def test_a_burst_of_next_tuple_calls_stops_at_max_spout_pending(skips):
+    """Between its queue checks the spout loop calls ``next_tuple`` in a burst; the burst
+    stops at ``topology.max.spout.pending`` (trees unacked: the acker never runs), and
+    every ``topology.stats.sample.rate``-th call is timed whatever the bursts."""
+    from topology import IterableSpout
+
+    b = TopologyBuilder()
+    b.set_spout("src", IterableSpout([(i,) for i in range(10_000)], fields=("v",),
+                                     msg_ids=True))
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("src")
+    topo = b.create_topology().with_ackers(1)  # sink=1, src=2, acker=3
+    conf = {**CONF, "topology.max.spout.pending": 37, "topology.spout.recvq.skips": skips,
+            "topology.stats.sample.rate": 0.25, "topology.executor.receive.buffer.size": 64,
+            "topology.producer.batch.size": 1000}
+    spout = make_executor("t", topo, conf, 2, {1: 0, 2: 0, 3: 0})
+    got: list = []
+    spout.connect({1: lambda items: got.extend(items) or len(items), 3: lambda items: len(items)})
+    spout.start()
+    try:
+        _until(lambda: len(spout.ledger.trees) == 37)
+        for _ in range(3):  # the loop goes on (flushes), and never emits past the cap
+            assert spout.queue.try_publish_direct(FLUSH)
+            _until(lambda: spout.queue.size() == 0)
+        assert spout.emitted == 37 and len(spout.ledger.trees) == 37
+        _until(lambda: len(got) == 37)
+        assert [m[1][0] for m in got] == list(range(37))  # (stream, values, anchors)
+        assert spout.latency_n in (9, 10)  # calls 1, 5, 9, ..., 37 timed (37 or 38 calls)
+    finally:
+        spout.stop()
