@@ -337,8 +337,12 @@ class TopologyHandle:
         :meth:`sink_tables`."""
         from raydp.spark import ray_dataset_to_spark_dataframe
 
+        from topology._dataframe_spout import raydp_internals_quiet
+
         schema, tables = spark_blocks(self.sink_tables(component_id))
-        return ray_dataset_to_spark_dataframe(spark, schema, [ray.put(t) for t in tables])
+        with raydp_internals_quiet():
+            return ray_dataset_to_spark_dataframe(spark, schema,
+                                                  [ray.put(t) for t in tables])
 
     def _component(self, component_id: str):
         if self.topology is None:

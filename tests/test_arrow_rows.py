@@ -55,3 +55,42 @@ def test_rows_take_the_columns_in_the_order_asked():
         (dt.datetime(1970, 1, 1, 1, tzinfo=utc), "b", None)]
     with pytest.raises(KeyError):
         list(arrow_rows(table, ["missing"]))
+
+
+def test_raydp_internal_notices_are_hidden_and_nothing_else():
+    """While RayDP converts a frame, pyspark's ``sql_ctx`` notice and Ray's ``ray.worker``
+    notice (both about RayDP's internals) are hidden; other warnings and Ray's other log
+    lines still show, and outside the conversion the notice shows as before."""
+    import logging
+    import warnings
+
+    import ray
+
+    from topology._dataframe_spout import raydp_internals_quiet
+
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    keep = Keep()
+    ray_logger = logging.getLogger("ray")
+    ray_logger.addHandler(keep)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with raydp_internals_quiet():
+                ray.worker._warned.discard("global_worker")  # Ray warns once per attribute
+                ray.worker.global_worker  # noqa: B018 (the access is what logs)
+                warnings.warn("DataFrame.sql_ctx is an internal property, and will be "
+                              "removed", UserWarning, stacklevel=1)
+                warnings.warn("a real warning", UserWarning, stacklevel=1)
+                ray_logger.warning("a real Ray line")
+            ray.worker._warned.discard("global_worker")
+            ray.worker.global_worker  # noqa: B018
+        assert [str(w.message) for w in caught] == ["a real warning"]
+        assert seen[0] == "a real Ray line" and len(seen) == 2, seen
+        assert "`ray.worker.global_worker`" in seen[1]
+    finally:
+        ray_logger.removeHandler(keep)

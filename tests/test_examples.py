@@ -18,9 +18,12 @@ pytestmark = pytest.mark.spark
 #: Lines the main job printed that were not its own (issue 23): Ray's error at every
 #: submit about executors' constructor arguments in the driver's object store, Ray's
 #: deprecation warnings from every executor and from ray.data.from_spark, Log4j's failed
-#: reconfiguration in Spark's driver, Spark's console progress bars.
+#: reconfiguration in Spark's driver, Spark's console progress bars, pyspark's notice about
+#: RayDP's own use of ``DataFrame.sql_ctx``. (RayDP's Spark master still prints Ray's
+#: notice about its use of ``ray.worker``, from its own process.)
 NOT_THE_JOBS = ("constructor arguments in the object store", "RayDeprecationWarning",
-                "``parallelism`` is deprecated", "Reconfiguration failed", "[Stage ")
+                "``parallelism`` is deprecated", "Reconfiguration failed", "[Stage ",
+                "DataFrame.sql_ctx is an internal property")
 
 
 def test_flights_job_checks_itself_against_spark_sql(tmp_path):

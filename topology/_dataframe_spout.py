@@ -5,6 +5,10 @@ Only this module touches ``ray``/``raydp``, and only when a ``DataFrameSpout`` i
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from topology._arrow_rows import arrow_rows
@@ -14,6 +18,33 @@ from topology._errors import TopologyError
 
 #: A DataFrameSpout's flush interval (ms): see DataFrameSpout.get_component_configuration
 FLUSH_INTERVAL_MS = 10
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
+
+
+@contextlib.contextmanager
+def raydp_internals_quiet() -> Iterator[None]:
+    """Hide, while RayDP converts a frame, the two deprecation notices its own code
+    raises (``DataFrame.sql_ctx`` from pyspark, ``ray.worker.global_worker`` from Ray):
+    they are about RayDP 1.6.5's internals, not the caller's code, and a user can do
+    nothing about them. Every other warning and log line still shows."""
+    ray_logger = logging.getLogger("ray")
+    drop = _DropMessage("`ray.worker.")
+    ray_logger.addFilter(drop)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"DataFrame\.sql_ctx is an internal",
+                                    category=UserWarning)
+            yield
+    finally:
+        ray_logger.removeFilter(drop)
 
 
 class DataFrameSpout(Spout):
@@ -78,7 +109,8 @@ class DataFrameSpout(Spout):
         # RayDP's conversion itself, which is all that ray.data.from_spark does: Ray 2.60's
         # from_spark defaults parallelism to None, not -1, so every call printed "The
         # argument ``parallelism`` is deprecated" and override_num_blocks was ignored
-        ds = spark_dataframe_to_ray_dataset(df, parallelism)
+        with raydp_internals_quiet():
+            ds = spark_dataframe_to_ray_dataset(df, parallelism)
         self._block_refs = ds.to_arrow_refs()
         self.total_rows = ds.count()
         self.total_items = self.total_rows
