@@ -361,7 +361,10 @@ class StreamingDataFrameSpout(Spout):
             try:
                 from raydp.spark.dataset import release_spark_recoverable
 
-                release_spark_recoverable(df)
+                from topology._dataframe_spout import raydp_internals_quiet
+
+                with raydp_internals_quiet():  # (RayDP reads df.sql_ctx)
+                    release_spark_recoverable(df)
             except ImportError:  # an older RayDP keeps no cached copy
                 pass
         finally:
