@@ -31,10 +31,12 @@ class _DropMessage(logging.Filter):
 
 @contextlib.contextmanager
 def raydp_internals_quiet() -> Iterator[None]:
-    """Hide, while RayDP converts a frame, the two deprecation notices its own code
-    raises (``DataFrame.sql_ctx`` from pyspark, ``ray.worker.global_worker`` from Ray):
-    they are about RayDP 1.6.5's internals, not the caller's code, and a user can do
-    nothing about them. Every other warning and log line still shows."""
+    """Hide, while RayDP converts a frame (or releases a micro-batch's cached copy), the
+    two deprecation notices its own code raises (``DataFrame.sql_ctx`` from pyspark,
+    ``ray.worker.global_worker`` from Ray): they are about RayDP 1.6.5's internals, not
+    the caller's code, and a user can do nothing about them. Every other warning and log
+    line still shows. Python's warning filters are process-wide, so the same notice from
+    another thread during the call is hidden too; nothing else is."""
     ray_logger = logging.getLogger("ray")
     drop = _DropMessage("`ray.worker.")
     ray_logger.addFilter(drop)
