@@ -80,6 +80,17 @@ class _Emitter:
                     pending.append((t, msg))
         return targets
 
+    def _send_one(self, r: StreamRouter, targets: tuple[int, ...], values) -> tuple[int, ...]:
+        """:meth:`_send` of an untracked tuple to its one target while nothing is held,
+        through the target's chained entry (``StreamRouter.chained``) when it has one."""
+        run = r.chained
+        if run is not None:
+            if not run(values):
+                self._pending.append((targets[0], (r.index, values)))
+        elif not self._inserters[targets[0]].try_publish(msg := (r.index, values)):
+            self._pending.append((targets[0], msg))
+        return targets
+
     def _send_anchored(self, targets: tuple[int, ...], index: int, values,
                        anchors: list[list[int]]) -> tuple[int, ...]:
         """As :meth:`_send`, each target's message with its own anchors."""
@@ -126,14 +137,7 @@ class SpoutCollector(_Emitter, SpoutOutputCollector):
             return self._tracked(r.index, values, targets, msg_id)
         if len(targets) != 1 or self._pending:
             return self._send(targets, (r.index, values))
-        # the usual: one target and nothing held (_send, inline; a chained one's entry)
-        run = r.chained
-        if run is not None:
-            if not run(values):
-                self._pending.append((targets[0], (r.index, values)))
-        elif not self._inserters[targets[0]].try_publish(msg := (r.index, values)):
-            self._pending.append((targets[0], msg))
-        return targets
+        return self._send_one(r, targets, values)  # the usual: one target, nothing held
 
     def emit_direct(self, task: int, values, stream: str = DEFAULT_STREAM,
                     msg_id: Any = None) -> None:
@@ -207,15 +211,9 @@ class BoltCollector(_Emitter, OutputCollector):
         targets = r.fixed or r.route(values)
         self.emitted += 1
         if anchors is None and len(targets) == 1 and not self._pending:
-            a = self.current  # an untracked emit to one target (_anchored and _send, inline)
+            a = self.current  # an untracked emit to one target (what _anchored would do)
             if self._ledger is None or a is None or not a.anchors or not self.auto_ack:
-                run = r.chained  # (a chained target's entry)
-                if run is not None:
-                    if not run(values):
-                        self._pending.append((targets[0], (r.index, values)))
-                elif not self._inserters[targets[0]].try_publish(msg := (r.index, values)):
-                    self._pending.append((targets[0], msg))
-                return targets
+                return self._send_one(r, targets, values)
         return self._anchored(r.index, values, targets, anchors)
 
     def emit_direct(self, task: int, values, stream: str = DEFAULT_STREAM,

@@ -162,8 +162,7 @@ class ExecutorCore:
         self.held_by_s: dict[int, float] = {}
         rate = c["topology.stats.sample.rate"]
         self._sample_every = max(1, round(1.0 / rate)) if rate > 0 else 0
-        # executes until the next timed one (1: the first; 0: never, it counts down past 0)
-        self._sample_in = 1 if self._sample_every else 0
+        self._sample_in = 1 if self._sample_every else 0  # executes to a timed one (0: none)
         self.latency_sum_s = 0.0
         self.latency_n = 0
         self.state = "created"
