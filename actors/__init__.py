@@ -2,8 +2,9 @@
 msgpack wire codec.
 
 The Ray-free rooms (``actors._acking``, ``actors._outbox``, ``actors._inbound``,
-``actors._executor``) import without Ray; the names below that need it are loaded on first
-use (PEP 562), so ``import actors._acking`` works where Ray is absent.
+``actors._executor``, ``actors.windowing``) import without Ray; the names below are loaded
+on first use (PEP 562), so ``from actors import make_executor`` works where Ray is absent.
+Other packages import only these names (and ``actors.windowing``'s).
 """
 
 from __future__ import annotations
@@ -20,13 +21,18 @@ _LAZY = {
     "decode_transfer": "actors._codec", "encode_batch": "actors._codec",
     "encode_status": "actors._codec", "encode_transfer": "actors._codec",
     "ErrorInfo": "actors._errors", "ErrorReporter": "actors._errors",
-    "EOS_STREAM": "actors._executor", "FLUSH": "actors._executor",
-    "ExecutorCore": "actors._executor", "make_executor": "actors._executor",
+    "EOS_STREAM": "actors._streams", "FLUSH": "actors._streams",
     "SystemStream": "actors._streams",
+    "ExecutorCore": "actors._executor", "make_executor": "actors._factory",
     "StreamRouter": "actors._routing", "build_routers": "actors._routing",
     "stable_hash": "actors._routing", "stream_table": "actors._routing",
+    "TASK": "actors._routing", "WORKER": "actors._routing", "TaskLinks": "actors._routing",
+    "actor_name": "actors._routing", "parse_actor_name": "actors._routing",
+    "submit_prefix": "actors._routing", "task_links": "actors._routing",
+    "StoredTopology": "actors._store", "delete_topology": "actors._store",
+    "store_topology": "actors._store",
+    "TaskStats": "actors._stats",
     "FRAME_LOST": "actors._transfer", "TransferActor": "actors._transfer",
-    "actor_name": "actors._routing",
     "ThrottleCoordinator": "actors._coordinator", "coordinator_name": "actors._coordinator",
 }
 

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 # the system streams, re-exported: the acking ones are this module's vocabulary
-from actors._streams import (  # noqa: E402, F401
+from actors._streams import (  # noqa: E402
     ACK_ACK,
     ACK_FAIL,
     ACK_INIT,
@@ -46,7 +46,6 @@ from actors._streams import (  # noqa: E402, F401
     ACKER_ACKED,
     ACKER_FAILED,
     ACKER_RESET,
-    SystemStream,
 )
 
 #: Acking values held before they must leave (the executor also sends them at each flush

@@ -24,7 +24,7 @@ import ray
 from actors._chain import ChainLink
 from actors._codec import FrameError, decode_batch, decode_status
 from actors._coordinator import coordinator_name
-from actors._executor import make_executor
+from actors._factory import make_executor
 from actors._gc import freeze_startup_objects, tune_gc
 from actors._metrics import RayMetricsExport, TaskMetrics
 from actors._routing import TASK, WORKER, actor_name

@@ -6,13 +6,20 @@ from __future__ import annotations
 import time
 
 from actors._collectors import BoltCollector
-from actors._executor import EOS_STREAM, FLUSH, ExecutorCore
-from actors._streams import SystemStream
+from actors._executor import ExecutorCore
+from actors._streams import EOS_STREAM, FLUSH, TICK_STREAM
+from actors.windowing import WindowedBoltExecutor
 from backpressure import SITE_QUEUE
-from topology import SYSTEM_COMPONENT_ID, SYSTEM_TICK_STREAM_ID, BatchBolt, Tuple
-from topology._tuple import TICK_FIELDS
+from topology import (
+    SYSTEM_COMPONENT_ID,
+    SYSTEM_TICK_STREAM_ID,
+    TICK_FIELDS,
+    BatchBolt,
+    BoundedMultiInput,
+    Tuple,
+    WindowedBolt,
+)
 
-TICK_STREAM = int(SystemStream.TICK)
 #: the system task id a tick comes from (Storm's ``Constants.SYSTEM_TASK_ID``)
 SYSTEM_TASK_ID = -1
 
@@ -41,13 +48,18 @@ class BoltExecutor(ExecutorCore):
         self._tick_el = (SYSTEM_TASK_ID, TICK_STREAM, [period])
         #: ticks given to the bolt
         self.ticks = 0
-        # told when an upstream task sends no new data (a windowed bolt's watermark)
-        self._upstream_ended = getattr(self.obj, "upstream_ended", None)
-        # told when a pass over the queue is done (a windowed bolt's replays after the end)
-        self._end_of_pass = getattr(self.obj, "end_of_pass", None)
+        # a bolt told when an upstream task sends no new data (a windowed bolt's
+        # watermark) and when a pass over the queue is done (its replays after the end)
+        multi = isinstance(self.obj, BoundedMultiInput)
+        self._upstream_ended = self.obj.upstream_ended if multi else None
+        self._end_of_pass = self.obj.end_of_pass if multi else None
         #: upstream tasks drained or ended; DRAINED passed on once all inputs are
         self.upstream_drained: set[int] = set()
         self._drained_sent = False
+
+    def _component_object(self, obj):
+        """A :class:`WindowedBolt` runs inside a :class:`WindowedBoltExecutor` (Storm's)."""
+        return WindowedBoltExecutor(obj) if isinstance(obj, WindowedBolt) else obj
 
     def _open(self) -> None:
         super()._open()
@@ -57,11 +69,11 @@ class BoltExecutor(ExecutorCore):
     def _make_collector(self, routers: dict) -> BoltCollector:
         # a BatchBolt's inputs gathered in this pass over the queue
         self._batch_in: list | None = [] if isinstance(self.obj, BatchBolt) else None
-        self._batch_max = (getattr(self.obj, "max_batch_size", None)
+        self._batch_max = ((self._batch_in is not None and self.obj.max_batch_size)
                            or self.outbox.batch_size)
         return BoltCollector(self.component_id, self.spec.streams, routers, self.outbox,
                              self.errors, self.flush_acks, self.ledger,
-                             bool(getattr(self.obj, "auto_ack", True)))
+                             bool(self.obj.auto_ack))
 
     def handle(self, el) -> None:
         """Process one element of the receive queue: a tuple, an end-of-stream marker, an

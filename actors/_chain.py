@@ -24,13 +24,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from actors._streams import SystemStream
+from actors._streams import EOS_STREAM
 from topology import Tuple
 
 if TYPE_CHECKING:  # (imported at run time by actors/_executor.py: no cycle here)
     from actors._executor import ExecutorCore
 
-EOS_STREAM = int(SystemStream.EOS)
 
 
 class ChainLink:

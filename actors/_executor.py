@@ -32,18 +32,14 @@ import threading
 import time
 
 from actors._acker import AckerLedger
-from actors._acking import (
-    BoltLedger,
-    SpoutLedger,
-    SystemStream,
-    UserCalls,
-)
+from actors._acking import BoltLedger, SpoutLedger, UserCalls
 from actors._chain import ChainInserter
 from actors._errors import ErrorReporter, LogThrottle
 from actors._inbound import Inbound
 from actors._outbox import Outbox, Sink
 from actors._routing import build_routers, stream_table, task_links
 from actors._stats import IntervalMetrics, TaskStats, task_stats
+from actors._streams import DRAINED_STREAM, EOS_STREAM
 from backpressure import (
     BackPressureStatus,
     JCQueue,
@@ -55,10 +51,7 @@ from topology import ACKER_ID, StormTopology, TopologyContext, effective_batch_s
 
 logger = logging.getLogger("storm_on_ray.executor")
 
-#: The FlushTuple element: one put into the queue flushes when taken. Never on the wire.
-FLUSH = ("__flush__",)
 #: Wire stream index of the end-of-stream marker.
-EOS_STREAM = int(SystemStream.EOS)
 _EOS_MSG = (EOS_STREAM, None)
 #: A chained task's flush waits at most this many flush intervals while it emits (see
 #: ExecutorCore._defer_flush)
@@ -68,7 +61,6 @@ CHAIN_FLUSH_DEFER = 10
 #: tasks' part of it was a tenth of a chain host's time (py-spy, benchmarks/peers.py's
 #: chained pipeline)
 CHAIN_TIMERS_S = 0.001
-DRAINED_STREAM = int(SystemStream.DRAINED)
 _DRAINED_MSG = (DRAINED_STREAM, None)
 
 
@@ -96,7 +88,7 @@ class ExecutorCore:
         self.is_spout = spec.is_spout
         self.is_acker = cid == ACKER_ID
         self.conf = c = make_config({**conf, **dict(spec.conf)})
-        self.obj = spec.obj
+        self.obj = self._component_object(spec.obj)
         self.bp_wait = make_wait_strategy(c, "backpressure")
         self.idle_wait = make_wait_strategy(c, "spout" if self.is_spout else "bolt")
         #: set when input reaches the queue, a send completes, a remote backlog clears or
@@ -566,6 +558,11 @@ class ExecutorCore:
         for m in self.chained:
             m.stop(timeout)
 
+    def _component_object(self, obj):
+        """The object this task runs for its component's ``obj`` (the topology's instance,
+        which the task's copy of the topology holds); a subclass may wrap it."""
+        return obj
+
     def stats(self, interval: IntervalMetrics | None = None) -> TaskStats:
         """This task's :class:`actors._stats.TaskStats` (counters, queue, backpressure,
         errors), with the fields of metrics ``interval`` when given. Any thread."""
@@ -586,15 +583,3 @@ def upstream_spout_tasks(topology: StormTopology, component_id: str) -> tuple[in
             else:
                 todo.append(g.source)
     return tuple(sorted(t for c in spouts for t in topology.component_tasks[c]))
-
-
-def make_executor(topology_name: str, topology: StormTopology, conf: dict, task_id: int,
-                  task_worker: dict[int, int]) -> ExecutorCore:
-    """The executor of ``task_id``: a ``SpoutExecutor`` or a ``BoltExecutor`` (an acker
-    is a bolt), as Storm's ``Executor.mkExecutor``. Arguments as :class:`ExecutorCore`."""
-    from actors._bolt_executor import BoltExecutor
-    from actors._spout_executor import SpoutExecutor
-
-    spout = topology.components[topology.task_component(task_id)].is_spout
-    return (SpoutExecutor if spout else BoltExecutor)(topology_name, topology, conf, task_id,
-                                                      task_worker)

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from actors._errors import LogThrottle
-from actors._streams import SystemStream
+from actors._streams import DRAINED_STREAM, EOS_STREAM
 from backpressure import (
     SITE_ARRIVAL,
     FlowControlPolicy,
@@ -33,9 +33,8 @@ from backpressure import (
 
 logger = logging.getLogger("storm_on_ray.executor")
 
-EOS_STREAM = int(SystemStream.EOS)
 #: markers at the end of a sender's stream: never dropped, nor refused
-_MARKERS = (EOS_STREAM, int(SystemStream.DRAINED))
+_MARKERS = (EOS_STREAM, DRAINED_STREAM)
 
 
 class _Sender:

@@ -22,8 +22,7 @@ from typing import NamedTuple
 
 import msgpack
 
-from topology import ACKER_ID, DEAD_LETTER_STREAM, EmitError, Fields, StormTopology
-from topology._builder import FORWARD
+from topology import ACKER_ID, DEAD_LETTER_STREAM, FORWARD, EmitError, Fields, StormTopology
 
 
 def stable_hash(value: object) -> int:

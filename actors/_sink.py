@@ -8,7 +8,8 @@ import time
 from ray.exceptions import RayActorError
 
 from actors._codec import encode_batch, encode_transfer
-from actors._executor import EOS_STREAM, ExecutorCore
+from actors._executor import ExecutorCore
+from actors._streams import EOS_STREAM
 from actors._transfer import FRAME_LOST
 
 _EOS_ITEM = (EOS_STREAM, None)

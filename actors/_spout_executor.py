@@ -8,7 +8,8 @@ import time
 
 from actors._acking import UserCalls
 from actors._collectors import SpoutCollector
-from actors._executor import FLUSH, ExecutorCore
+from actors._executor import ExecutorCore
+from actors._streams import FLUSH
 from topology import Spout
 
 logger = logging.getLogger("storm_on_ray.executor")

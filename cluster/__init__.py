@@ -13,9 +13,10 @@ _LAZY = {
     "TopologyFailed": "cluster._handle", "TopologyHandle": "cluster._handle",
     "LocalCluster": "cluster._local",
     "ClusterAuthError": "cluster._auth",
-    "JAVA_MISSING": "cluster._spark", "SparkUnavailableError": "cluster._spark",
-    "check_java": "cluster._spark", "java_add_opens": "cluster._spark",
-    "start_spark": "cluster._spark", "stop_spark": "cluster._spark",
+    # Spark on Ray lives in connectors.spark; these stay importable from here
+    "JAVA_MISSING": "connectors.spark", "SparkUnavailableError": "connectors.spark",
+    "check_java": "connectors.spark", "java_add_opens": "connectors.spark",
+    "start_spark": "connectors.spark", "stop_spark": "connectors.spark",
     "TaskStats": "cluster._stats", "TopologyStats": "cluster._stats",
     "WorkerStats": "cluster._stats",
     "TopologyPlan": "cluster._plan", "plan": "cluster._plan",

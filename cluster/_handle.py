@@ -4,33 +4,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from actors._routing import TASK, WORKER, actor_name, parse_actor_name
+from actors import TASK, WORKER, actor_name, parse_actor_name
 from cluster._stats import TaskStats, TopologyStats, WorkerStats, stats_html
-from topology import StormTopology
+from topology import Spout, StormTopology
 
 logger = logging.getLogger("storm_on_ray.cluster")
-
-
-def spark_blocks(tables: list) -> tuple[Any, list]:
-    """``pyarrow.Table`` s (e.g. a DatasetSink's, one per task) as blocks for RayDP's
-    ``ray_dataset_to_spark_dataframe``: their unified schema (types promoted, e.g. int64
-    with nulls) and one table per record batch, so that every column of a block is one
-    chunk. RayDP turns each block into pandas inside Spark's ``mapInPandas``; pandas >= 3
-    reads Arrow strings into a pyarrow-backed dtype, whose column of several chunks goes
-    back to Arrow as a ``ChunkedArray``, which pyspark 3.5 rejects (``TypeError: Expected
-    Array, got ChunkedArray``); a DatasetSink packs a table every ``batch_rows`` rows, so
-    any output longer than that had such columns."""
-    import pyarrow as pa
-
-    schema = pa.unify_schemas([t.schema for t in tables], promote_options="permissive")
-    blocks = [pa.Table.from_batches([b], schema) for t in tables
-              for b in t.cast(schema).to_batches() if b.num_rows]
-    return schema, blocks or [schema.empty_table()]
 
 
 class TopologyFailed(RuntimeError):
@@ -161,7 +145,8 @@ class TopologyHandle:
         for c, done in stats.progress().items():
             total = None
             if self.topology is not None and c in self.topology.components:
-                total = getattr(self.topology.components[c].obj, "total_items", None)
+                spec = self.topology.components[c]
+                total = spec.obj.total_items if spec.is_spout else None
             out[c] = (done, total)
         return out
 
@@ -335,14 +320,9 @@ class TopologyHandle:
         after :meth:`kill`, until the Spark session stops. No Ray task runs, so this works
         when the topology and Spark hold every CPU. Same rules and errors as
         :meth:`sink_tables`."""
-        from raydp.spark import ray_dataset_to_spark_dataframe
+        from connectors.spark import tables_to_spark
 
-        from topology._dataframe_spout import raydp_internals_quiet
-
-        schema, tables = spark_blocks(self.sink_tables(component_id))
-        with raydp_internals_quiet():
-            return ray_dataset_to_spark_dataframe(spark, schema,
-                                                  [ray.put(t) for t in tables])
+        return tables_to_spark(spark, self.sink_tables(component_id))
 
     def _component(self, component_id: str):
         if self.topology is None:
@@ -389,14 +369,14 @@ class TopologyHandle:
         return [spec.obj for _, spec in sorted(self.topology.components.items())
                 if spec.is_spout]
 
-    def _spout_hooks(self, hook: str) -> None:
-        """Call each spout object's driver-side ``hook`` (``on_drain``/``on_stop``);
-        an error is logged, and the other spouts still get theirs."""
+    def _spout_hooks(self, hook: Callable[[Spout], None], name: str) -> None:
+        """Call ``hook`` (a call of ``Spout.on_drain`` or ``Spout.on_stop``, the driver-side hooks)
+        on each spout object; an error is logged, and the other spouts still get theirs."""
         for obj in self._spout_objects():
             try:
-                getattr(obj, hook)()
+                hook(obj)
             except Exception as e:
-                logger.warning("topology %r: %s of a %s: %s", self.name, hook,
+                logger.warning("topology %r: %s of a %s: %s", self.name, name,
                                type(obj).__name__, e)
 
     def drain(self, timeout: float | None = None) -> bool:
@@ -410,13 +390,13 @@ class TopologyHandle:
         Raises:
             TopologyFailed: an executor died and will not be restarted.
         """
-        self._spout_hooks("on_drain")
+        self._spout_hooks(lambda s: s.on_drain(), "on_drain")
         spouts = [t for t in self.actors if self._is_spout_task(t)]
         self._call_all([self.actors[t] for t in spouts], lambda a: a.drain.remote(), 60,
                        "drain")
         done = self.wait(timeout)
         if done:
-            self._spout_hooks("on_stop")
+            self._spout_hooks(lambda s: s.on_stop(), "on_stop")
         return done
 
     def kill(self, wait_secs: float = 0) -> None:
@@ -440,14 +420,14 @@ class TopologyHandle:
             ray.get([a.shutdown.remote() for a in self._executor_actors()], timeout=30)
         except Exception as e:  # dying actors: we kill them anyway
             logger.warning("topology %r: shutdown: %s", self.name, e)
-        self._spout_hooks("on_stop")
+        self._spout_hooks(lambda s: s.on_stop(), "on_stop")
         for a in self._executor_actors() + list(self.transfers.values()):
             ray.kill(a, no_restart=True)
         pgs = self.placement_groups or _placement_groups(self.prefix)
         for pg in pgs:
             ray.util.remove_placement_group(pg)
         if self.prefix is not None:
-            from actors._store import delete_topology
+            from actors import delete_topology
 
             delete_topology(self.prefix)
 
@@ -527,7 +507,7 @@ def attach(name: str) -> TopologyHandle:
     actors = {task: ray.get_actor(n, namespace=ns) for task, n in t["tasks"].items()}
     hosts: dict[int, int] = {}
     try:  # the tasks chained into another's actor have no actor name of their own
-        from actors._store import StoredTopology
+        from actors import StoredTopology
 
         hosts = StoredTopology(t["prefix"]).load().chain_hosts()
         actors.update({task: actors[h] for task, h in hosts.items() if h in actors})

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from actors._routing import TaskLinks, task_links
+from actors import TaskLinks, task_links
 from topology import (
     ACKER_ID,
     DEAD_LETTER_STREAM,
@@ -23,10 +23,10 @@ from topology import (
     ConfigError,
     StormTopology,
     TopologyError,
-    WindowedBoltExecutor,
+    WindowedBolt,
+    dead_letter_consumers,
     make_config,
 )
-from topology._builder import dead_letter_consumers
 
 #: ``topology.worker.placement`` → the Ray placement-group strategy (bundle = worker)
 PLACEMENT_STRATEGIES = {"pack": "PACK", "spread": "SPREAD"}
@@ -136,7 +136,7 @@ def chainable(topology: StormTopology, conf: dict) -> list[str]:
                 or any(a in (cid, g.source) or b in (cid, g.source) for a, b in back)
                 or src.parallelism != spec.parallelism
                 or not allows(cid) or not allows(g.source)
-                or isinstance(spec.obj, (WindowedBoltExecutor, BatchBolt))
+                or isinstance(spec.obj, (WindowedBolt, BatchBolt))
                 or {**conf, **spec.conf}.get("topology.backpressure.overload") == "shed"):
             continue
         out.append(cid)
@@ -165,14 +165,14 @@ def _window_acks_for_live_sources(topology: StormTopology, conf: dict,
     windows would wait for it for ever. There windowed bolts ack on entry
     (``topology.bolts.window.ack.on.entry``, unless set); one set to false is warned of."""
     live = sorted(cid for cid, spec in topology.components.items()
-                  if spec.is_spout and getattr(spec.obj, "acks_hold_source", False))
+                  if spec.is_spout and spec.obj.acks_hold_source)
     if not live:
         return
     key = "topology.bolts.window.ack.on.entry"
     if conf.get(key) is None:
         conf[key] = True
     for cid, spec in sorted(topology.components.items()):
-        if isinstance(spec.obj, WindowedBoltExecutor) and {**conf, **spec.conf}.get(key) is False:
+        if isinstance(spec.obj, WindowedBolt) and {**conf, **spec.conf}.get(key) is False:
             warnings.append(f"windowed bolt {cid!r} acks as tuples leave its windows ({key} "
                             f"false) while spouts {live} wait for acks before their next "
                             f"micro-batch: an event-time window may then never close")
@@ -219,8 +219,8 @@ def plan(topology: StormTopology, conf: dict | None) -> TopologyPlan:
                 make_config({**conf, **spec.conf})
             except ConfigError as e:
                 raise ConfigError(f"component {cid!r}: {e}") from None
-        if isinstance(spec.obj, WindowedBoltExecutor):  # Storm's submit checks of a window
-            spec.obj.spec.check_against(cid, {**conf, **spec.conf})
+        if isinstance(spec.obj, WindowedBolt):  # Storm's submit checks of a window
+            spec.obj.window_spec().check_against(cid, {**conf, **spec.conf})
     requested = conf["topology.workers"]
     ackers = conf["topology.acker.executors"]
     if ackers is None:  # Storm: one acker per worker

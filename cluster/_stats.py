@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors._stats import TaskStats
+from actors import TaskStats
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,17 @@ import ray
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from actors import ExecutorActor, ThrottleCoordinator, TransferActor, coordinator_name
-from actors._routing import TASK, WORKER, actor_name, submit_prefix
-from actors._store import store_topology
+from actors import (
+    TASK,
+    WORKER,
+    ExecutorActor,
+    ThrottleCoordinator,
+    TransferActor,
+    actor_name,
+    coordinator_name,
+    store_topology,
+    submit_prefix,
+)
 from cluster._handle import TopologyHandle, placement_group_name
 from cluster._plan import TopologyPlan, assign_tasks, plan
 from topology import StormTopology, TopologyError

@@ -1,4 +1,4 @@
-"""Arrow columns to Python values (topology/_arrow_rows.py): the same values as
+"""Arrow columns to Python values (connectors/spark/arrow_rows.py): the same values as
 ``to_pylist`` for every timestamp unit and zone, nulls, chunks and other types."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
-from topology._arrow_rows import arrow_rows, column_values
+from connectors.spark.arrow_rows import arrow_rows, column_values
 
 _SCALE = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
 
@@ -66,7 +66,7 @@ def test_raydp_internal_notices_are_hidden_and_nothing_else():
 
     import ray
 
-    from topology._dataframe_spout import raydp_internals_quiet
+    from connectors.spark.dataframe_spout import raydp_internals_quiet
 
     seen: list[str] = []
 

@@ -28,10 +28,10 @@ from actors._acking import (
     XOR,
     BoltLedger,
     SpoutLedger,
-    SystemStream,
     UserCalls,
     implicit_init_spout,
 )
+from actors._streams import SystemStream
 
 SPOUT, BOLT, ACKER = 1, 2, 9  # task ids
 

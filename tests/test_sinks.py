@@ -70,7 +70,7 @@ def test_spark_blocks_give_every_column_in_one_chunk():
     3.5's mapInPandas rejects. Each block must be one chunk per column, in one schema."""
     import pyarrow as pa
 
-    from cluster._handle import spark_blocks
+    from connectors.spark.convert import raydp_blocks
 
     a, b = _sink(batch_rows=3), _sink(batch_rows=4)
     for i in range(7):
@@ -78,7 +78,7 @@ def test_spark_blocks_give_every_column_in_one_chunk():
         b.execute(_tuple((None if i == 2 else i, f"t{i}")))
     tables = [a.arrow_table(), b.arrow_table()]
     assert tables[0].column("b").num_chunks > 1
-    schema, blocks = spark_blocks(tables)
+    schema, blocks = raydp_blocks(tables)
     assert str(schema.field("a").type) == "int64"
     assert sum(t.num_rows for t in blocks) == 14
     for t in blocks:
@@ -88,7 +88,7 @@ def test_spark_blocks_give_every_column_in_one_chunk():
         assert isinstance(pa.Array.from_pandas(t.to_pandas()["b"], type=pa.string()), pa.Array)
     assert [v for t in blocks for v in t.column("b").to_pylist()] == \
         [f"s{i}" for i in range(7)] + [f"t{i}" for i in range(7)]
-    schema, blocks = spark_blocks([_sink(fields=("a",)).arrow_table()])
+    schema, blocks = raydp_blocks([_sink(fields=("a",)).arrow_table()])
     assert len(blocks) == 1 and blocks[0].num_rows == 0
 
 

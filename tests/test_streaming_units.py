@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from connectors.spark.handoff import HandoffCore
+from connectors.spark.sources import StreamSource, parse_scala_map_keys, source_problems
 from topology import (
     Bolt,
     Duration,
@@ -15,8 +17,6 @@ from topology import (
     Tuple,
     WindowedBolt,
 )
-from topology._handoff import HandoffCore
-from topology._streaming_sources import StreamSource, parse_scala_map_keys, source_problems
 
 # -- the hand-off ------------------------------------------------------------------------------
 
@@ -161,7 +161,7 @@ def test_scala_map_keys_from_a_file_sources_options():
 
 
 def test_query_error_keeps_the_cause_without_stack_frames():
-    from topology._streaming_spout import query_error
+    from connectors.spark.streaming_spout import query_error
 
     e = RuntimeError("An error occurred\n\tat org.apache.X(X.scala:1)\n  File \"x.py\"\n"
                      "Caused by: java.lang.RuntimeException: '(v < 150)' is not true!")
@@ -205,8 +205,8 @@ class _Sum(WindowedBolt):
 
 
 def _windowed(conf):
+    from actors.windowing.executor import WindowedBoltExecutor
     from topology._components import TopologyContext
-    from topology._windowed_executor import WindowedBoltExecutor
 
     ex = WindowedBoltExecutor(_Sum().with_tumbling_window(Duration.of(10))
                               .with_timestamp_field("ts"))

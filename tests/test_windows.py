@@ -3,7 +3,7 @@ checks, timestamps, and the ``WindowEngine``.
 
 Storm's ``WindowManagerTest`` and ``WaterMarkEventGeneratorTest`` cases are ported with their
 scenarios and expectations, adapted where our bounds differ (half-open, aligned to the epoch;
-see ``topology/_windows.py``); property tests compare the engine with brute-force
+see ``topology/windows.py``); property tests compare the engine with brute-force
 definitions (Spark SQL's ``window()`` for duration windows).
 """
 
@@ -15,18 +15,25 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from topology import SYSTEM_COMPONENT_ID, SYSTEM_TICK_STREAM_ID, Fields, Tuple
-from topology._errors import ConfigError, TopologyError
-from topology._window_engine import WindowEngine
-from topology._windows import (
+from actors.windowing import (
     EXPIRE_EVENTS_THRESHOLD,
     BadTimestamp,
+    Fire,
+    WindowedBoltExecutor,
+    WindowEngine,
+    extract_timestamp,
+)
+from topology import (
+    SYSTEM_COMPONENT_ID,
+    SYSTEM_TICK_STREAM_ID,
+    ConfigError,
     Count,
     Duration,
-    Fire,
+    Fields,
+    TopologyError,
+    Tuple,
     WindowedBolt,
     WindowSpec,
-    extract_timestamp,
 )
 
 LEN_C = "topology.bolts.window.length.count"
@@ -718,6 +725,7 @@ def test_event_time_close_releases_what_waits_for_the_watermark():
     (WindowSpec(Duration(10_000), Duration(5_000), "ts"), 1_000),
 ])
 def test_tick_interval_ms(spec, expected):
+    assert spec.tick_interval_ms() == expected
     assert WindowEngine(spec, [1]).tick_interval_ms() == expected
 
 
@@ -1029,7 +1037,6 @@ def test_window_stats_after_the_input_ended_are_whole_numbers_or_none():
     from actors._stats import TaskStats
     from cluster._stats import TopologyStats
     from topology._components import TopologyContext
-    from topology._windowed_executor import WindowedBoltExecutor
 
     class Counts(WindowedBolt):
         outputs = ("n",)

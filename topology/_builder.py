@@ -18,8 +18,7 @@ from topology._dead_letters import DEAD_LETTER_FIELDS, DEAD_LETTER_STREAM, DEAD_
 from topology._errors import ConfigError, TopologyError
 from topology._fields import Fields
 from topology._sinks import DeadLetterSink
-from topology._windowed_executor import WindowedBoltExecutor
-from topology._windows import WindowedBolt
+from topology.windows import LATE_FIELDS, WindowedBolt
 
 #: The grouping kinds, Storm's names.
 GROUPINGS = ("shuffle", "fields", "all", "global", "direct", "local_or_shuffle", "none")
@@ -133,7 +132,7 @@ def _check_timestamp_field(cid: str, comps: Mapping[str, ComponentSpec]) -> None
         TopologyError: naming the bolt, the field and the stream that lacks it.
     """
     obj = comps[cid].obj
-    field = obj.spec.timestamp_field if isinstance(obj, WindowedBoltExecutor) else None
+    field = obj.window_spec().timestamp_field if isinstance(obj, WindowedBolt) else None
     if field is None:
         return
     for g in comps[cid].inputs:
@@ -151,7 +150,10 @@ def _component_conf(cid: str, obj: Any, declared: dict) -> dict:
     Raises:
         ConfigError: a key or value ``make_config`` refuses, naming the component.
     """
-    conf = {**(obj.get_component_configuration() or {}), **declared}
+    own = obj.get_component_configuration() or {}
+    if isinstance(obj, WindowedBolt):  # its tick tuples move the window's time
+        own = obj.window_spec().component_configuration(own)
+    conf = {**own, **declared}
     try:
         make_config(conf)
     except ConfigError as e:
@@ -485,7 +487,8 @@ class TopologyBuilder:
     def set_bolt(self, bolt_id: str, bolt: Bolt | WindowedBolt,
                  parallelism_hint: int = 1) -> BoltDeclarer:
         """Add a bolt with ``parallelism_hint`` tasks; subscribe it with the returned declarer.
-        A :class:`WindowedBolt` runs inside a ``WindowedBoltExecutor`` (Storm's).
+        A :class:`WindowedBolt` runs inside the runtime's ``WindowedBoltExecutor``
+        (Storm's); the component keeps the user's object.
 
         Raises:
             TopologyError: duplicate id; ``bolt`` is neither a :class:`Bolt` nor a
@@ -498,8 +501,7 @@ class TopologyBuilder:
                 spec.validate(bolt_id)
             except ConfigError as e:
                 raise TopologyError(f"bolt {bolt_id!r}: {e}") from None
-            bolt = WindowedBoltExecutor(bolt)
-        if not isinstance(bolt, Bolt):
+        elif not isinstance(bolt, Bolt):
             raise TopologyError(f"bolt {bolt_id!r} must be a Bolt instance, got "
                                 f"{type(bolt).__name__}")
         self._add(bolt_id, bolt, parallelism_hint)
@@ -521,6 +523,10 @@ class TopologyBuilder:
         for cid, obj in self._objs.items():
             d = OutputFieldsDeclarer(cid)
             obj.declare_output_fields(d)
+            if isinstance(obj, WindowedBolt):  # the late stream is the executor's
+                late = obj.window_spec().late_stream
+                if late is not None:
+                    d.declare_stream(late, Fields(LATE_FIELDS))
             comps[cid] = ComponentSpec(
                 id=cid, obj=obj, parallelism=self._par[cid],
                 inputs=tuple(self._inputs[cid]),

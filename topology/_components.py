@@ -7,6 +7,7 @@ task, so instance attributes are per-task state.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,6 +116,12 @@ class Spout(_Component):
         """The topology was killed, or completed after a drain: stop the driver-side
         source (it must not wait for the topology any more)."""
 
+    #: True for a spout whose source waits for acks before it moves on (a Spark streaming
+    #: query with msg ids: its next micro-batch starts once the current one is acked). The
+    #: plan then has windowed bolts downstream ack on entry, since only new input moves
+    #: event time (``topology.bolts.window.ack.on.entry``).
+    acks_hold_source: bool = False
+
     #: Items the whole component (all its tasks) will emit, when the spout knows it (a
     #: finite source such as a DataFrame); read on the driver for progress bars.
     total_items: int | None = None
@@ -151,6 +158,25 @@ class Bolt(_Component):
 
     def cleanup(self) -> None:
         """The task is shutting down."""
+
+
+class BoundedMultiInput(ABC):
+    """A bolt the executor tells about each upstream task's end of input, as Flink's
+    ``BoundedMultiInput.endInput`` (the per-input form of :meth:`Bolt.finish`).
+
+    The executor checks ``isinstance(bolt, BoundedMultiInput)`` once, at start, and then
+    calls both methods on its executor thread. A windowed bolt's executor implements it:
+    an upstream task that ended no longer holds the watermark back.
+    """
+
+    @abstractmethod
+    def upstream_ended(self, task: int) -> None:
+        """Upstream task ``task`` ended its stream (or drained): nothing new will come
+        from it, though replays may."""
+
+    def end_of_pass(self) -> None:
+        """The executor took every element its queue held at the start of the pass
+        (called only once every upstream task ended). The default does nothing."""
 
 
 class BatchBolt(Bolt):

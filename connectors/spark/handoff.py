@@ -7,7 +7,7 @@ everything: whether a micro-batch may enter (the bound in micro-batches and in r
 block a task takes next, when a micro-batch is complete (every row acked, with acking), and
 what a put or a take answers once the topology drains, is killed or its query fails. It has
 no I/O, no Ray, no clock and no threads; the Ray actor that carries it out
-(``topology/_streaming_spout.py``) only waits on its predicates.
+(``connectors/spark/streaming_spout.py``) only waits on its predicates.
 
 States: ``open`` (puts enter when there is room), ``draining`` (no new micro-batch enters;
 what is inside is delivered; takes answer ``end`` once it is empty), ``closed`` (the

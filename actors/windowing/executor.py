@@ -1,10 +1,10 @@
 """Storm's ``WindowedBoltExecutor``: the bolt that runs a user's :class:`WindowedBolt`.
 
-``TopologyBuilder.set_bolt`` wraps a windowed bolt in a :class:`WindowedBoltExecutor`, an
-ordinary bolt to the runtime: each input tuple goes into a ``WindowEngine``
-(topology/_window_engine.py), tick tuples move its time (their period is the engine's
-``tick_interval_ms``, set as the component's ``topology.tick.tuple.freq.secs`` unless the
-user set a shorter one), and each window the engine fires goes to the user's
+A bolt task whose component is a windowed bolt runs it inside a
+:class:`WindowedBoltExecutor` (``BoltExecutor``), an ordinary bolt to the runtime: each input tuple goes into a ``WindowEngine``
+(actors/windowing/engine.py), tick tuples move its time (their period is the window's
+``WindowSpec.tick_interval_ms``, which the builder sets as the component's
+``topology.tick.tuple.freq.secs`` unless the user set a shorter one), and each window the engine fires goes to the user's
 ``execute(window)``.
 
 Acking, as Storm's: the executor does not ack on ``execute`` (``auto_ack`` off); a tuple is
@@ -23,7 +23,7 @@ in its windows, and the output of ``execute(window)`` is unanchored: the spout's
 then move on (the next micro-batch is what moves event time), and the guarantee is
 at-least-once up to the windows, whose open contents a restarted task loses.
 
-Watermarks are per upstream task (topology/_window_engine.py); an upstream task's end of stream
+Watermarks are per upstream task (actors/windowing/engine.py); an upstream task's end of stream
 leaves the minimum (the executor calls :meth:`WindowedBoltExecutor.upstream_ended`), and
 :meth:`finish` closes every open window before the user's ``finish``.
 """
@@ -34,16 +34,8 @@ import math
 import time
 from typing import Any
 
-from topology._components import Bolt, OutputCollector, OutputFieldsDeclarer
-from topology._fields import Fields
-from topology._tuple import Tuple
-from topology._window_engine import WindowEngine
-from topology._windows import (
-    LATE_FIELDS,
-    BadTimestamp,
-    WindowedBolt,
-    extract_timestamp,
-)
+from actors.windowing.engine import BadTimestamp, WindowEngine, extract_timestamp
+from topology import Bolt, BoundedMultiInput, OutputCollector, Tuple, WindowedBolt
 
 #: the config key of the ack-on-entry rule
 ACK_ON_ENTRY = "topology.bolts.window.ack.on.entry"
@@ -84,7 +76,7 @@ class _WindowCollector(OutputCollector):
         self._c.report_error(exc)
 
 
-class WindowedBoltExecutor(Bolt):
+class WindowedBoltExecutor(Bolt, BoundedMultiInput):
     """Runs ``bolt`` (a :class:`WindowedBolt`) as a bolt (Storm's WindowedBoltExecutor).
 
     Attributes:
@@ -103,21 +95,6 @@ class WindowedBoltExecutor(Bolt):
         self.engine: WindowEngine | None = None
         self.bad_timestamps = 0
         self.late_dropped = 0
-
-    # -- the topology's view ----------------------------------------------------------
-    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        self.bolt.declare_output_fields(declarer)
-        if self.spec.late_stream is not None:
-            declarer.declare_stream(self.spec.late_stream, Fields(LATE_FIELDS))
-
-    def get_component_configuration(self) -> dict[str, Any]:
-        conf = dict(self.bolt.get_component_configuration() or {})
-        tick_ms = WindowEngine(self.spec, (), "tick").tick_interval_ms()
-        if tick_ms is not None:
-            key = "topology.tick.tuple.freq.secs"
-            mine = conf.get(key)
-            conf[key] = tick_ms / 1000 if mine is None else min(mine, tick_ms / 1000)
-        return conf
 
     # -- the bolt ---------------------------------------------------------------------
     def prepare(self, conf: dict, context, collector: OutputCollector) -> None:
@@ -200,9 +177,7 @@ class WindowedBoltExecutor(Bolt):
     def finish(self) -> None:
         """End of every input: every open window fires, then the user's ``finish``."""
         self._fire(self.engine.close(now_ms()))
-        finish = getattr(self.bolt, "finish", None)
-        if callable(finish):
-            finish()
+        self.bolt.finish()
 
     def cleanup(self) -> None:
         self.bolt.cleanup()

@@ -3,7 +3,7 @@ settings (:class:`WindowSpec`, Storm's ``topology.bolts.*`` keys), the :class:`T
 a bolt receives and the :class:`Fire` records the engine returns.
 
 Which windows fire and when, the bounds, the watermarks and each departure from Storm:
-``topology/_window_engine.py``, the pure engine that decides.
+``actors/windowing/engine.py``, the pure engine that decides.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import math
 import numbers
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from topology._config import DEFAULTS
 from topology._errors import ConfigError, TopologyError
@@ -47,10 +46,6 @@ LATE_FIELDS = ("source_component", "source_stream", "values", "timestamp")
 DEFAULT_WATERMARK_INTERVAL_MS = 1000
 #: Storm's ``DEFAULT_MAX_LAG_MS``: no out-of-order tolerance unless asked for.
 DEFAULT_MAX_LAG_MS = 0
-#: Storm's ``WindowManager.EXPIRE_EVENTS_THRESHOLD``: tuples that leave a count window between
-#: two fires are acked in groups of this many, so the check costs O(1) amortised per tuple
-#: and such tuples never pile up in memory until the next fire.
-EXPIRE_EVENTS_THRESHOLD = 100
 #: Floor of :meth:`WindowEngine.tick_interval_ms` for duration windows: a finer tick costs an
 #: executor wake-up each and saves at most this much firing delay.
 MIN_TICK_MS = 10
@@ -130,7 +125,9 @@ class Duration:
         return cls(_whole(n * unit_ms, f"Duration.{unit}({n!r}) in ms"))
 
 
-def _amount(x: Count | Duration) -> int:
+def amount_of(x: Count | Duration) -> int:
+    """A window length or sliding interval as a number: tuples for ``Count``, ms for
+    ``Duration``."""
     return x.n if isinstance(x, Count) else x.ms
 
 
@@ -144,7 +141,8 @@ def _sliding_key(x: Count | Duration) -> str:
             else TOPOLOGY_BOLTS_SLIDING_INTERVAL_DURATION_MS)
 
 
-def _who(component: str | None) -> str:
+def error_prefix(component: str | None) -> str:
+    """The prefix of an error about component ``component``'s window."""
     return f"bolt {component!r}: " if component else "windowed bolt: "
 
 
@@ -177,6 +175,38 @@ class WindowSpec:
         """True when windows follow a timestamp field rather than processing time."""
         return self.timestamp_field is not None
 
+    def tick_interval_ms(self) -> int | None:
+        """How often the window's time must move for windows to fire on time, in ms: the
+        period of the bolt's tick tuples.
+
+        Event time: the watermark interval (windows fire when the watermark moves).
+        Processing time: for duration windows the gcd of length and slide (every window end
+        is a multiple of it, so ticks at its multiples fire each window at its end;
+        otherwise a window fires at most one interval late), at least ``min(slide,
+        MIN_TICK_MS)``; for a count length with a duration slide the slide; None when a
+        count triggers (windows fire as tuples arrive).
+        """
+        if self.event_time:
+            return self.watermark_interval_ms
+        if isinstance(self.sliding, Count):
+            return None
+        slide = amount_of(self.sliding)
+        period = slide if isinstance(self.length, Count) else math.gcd(amount_of(self.length),
+                                                                        slide)
+        return max(period, min(slide, MIN_TICK_MS))
+
+    def component_configuration(self, conf: Mapping[str, Any]) -> dict[str, Any]:
+        """``conf`` (a windowed bolt's own configuration) with the tick period this window
+        needs as ``topology.tick.tuple.freq.secs``, unless ``conf`` asks for shorter ticks
+        (a new dict)."""
+        conf = dict(conf)
+        tick_ms = self.tick_interval_ms()
+        if tick_ms is not None:
+            key = "topology.tick.tuple.freq.secs"
+            mine = conf.get(key)
+            conf[key] = tick_ms / 1000 if mine is None else min(mine, tick_ms / 1000)
+        return conf
+
     @classmethod
     def from_config(cls, conf: Mapping[str, Any], component: str | None = None) -> WindowSpec:
         """Read the ``topology.bolts.*`` window keys of ``conf`` (other keys are ignored).
@@ -194,9 +224,9 @@ class WindowSpec:
                 length (or of the sliding interval); a count or duration that is not a
                 whole number > 0; a lag or interval that is not a whole number.
         """
-        who = _who(component)
+        who = error_prefix(component)
 
-        def amount(key: str, kind: type[Count] | type[Duration]) -> Count | Duration | None:
+        def setting(key: str, kind: type[Count] | type[Duration]) -> Count | Duration | None:
             raw = conf.get(key)
             if raw is None:
                 return None
@@ -206,7 +236,7 @@ class WindowSpec:
                 raise ConfigError(f"{who}{key} must be a whole number > 0, got {raw!r}")
 
         def one(count_key: str, duration_key: str) -> Count | Duration | None:
-            c, d = amount(count_key, Count), amount(duration_key, Duration)
+            c, d = setting(count_key, Count), setting(duration_key, Duration)
             if c is not None and d is not None:
                 raise ConfigError(f"{who}both {count_key!r} and {duration_key!r} are set; "
                                   "set one (with_window replaces both)")
@@ -249,14 +279,15 @@ class WindowSpec:
                 field; an empty or reserved late stream id, or a late stream without a
                 timestamp field (only event time has late tuples).
         """
-        who = _who(component)
+        who = error_prefix(component)
         for what, x, key in (("window length", self.length, _length_key),
                              ("sliding interval", self.sliding, _sliding_key)):
             if not isinstance(x, (Count, Duration)):
                 raise TopologyError(f"{who}the {what} must be a Count or a Duration, got {x!r}")
-            if _amount(x) <= 0:
-                raise TopologyError(f"{who}{key(x)} must be > 0, got {_amount(x)}")
-        if type(self.length) is type(self.sliding) and _amount(self.sliding) > _amount(self.length):
+            if amount_of(x) <= 0:
+                raise TopologyError(f"{who}{key(x)} must be > 0, got {amount_of(x)}")
+        if (type(self.length) is type(self.sliding)
+                and amount_of(self.sliding) > amount_of(self.length)):
             raise TopologyError(
                 f"{who}the sliding interval {self.sliding} ({_sliding_key(self.sliding)}) is "
                 f"longer than the window length {self.length} ({_length_key(self.length)}), "
@@ -302,7 +333,7 @@ class WindowSpec:
         """
         if conf.get("topology.acker.executors", DEFAULTS["topology.acker.executors"]) == 0:
             return
-        who = _who(component)
+        who = error_prefix(component)
         parts = (self.length, self.sliding)
         if not self.event_time:
             timeout_s = conf.get("topology.message.timeout.secs",
@@ -370,89 +401,6 @@ class TupleWindow:
                 f"{len(self._expired)} expired)")
 
 
-class Fire(NamedTuple):
-    """One decision of the engine.
-
-    Attributes:
-        window: run ``execute(window)``; None when the record only acks (Storm's
-            ``onExpiry``: tuples that left every window without a window to run).
-        done: the items no later window can hold: ack them once ``execute`` has returned
-            (at once when ``window`` is None). Each accepted item is in exactly one
-            ``done``, in the fire of its last window or a later one.
-    """
-
-    window: TupleWindow | None
-    done: list
-
-
-class BadTimestamp(ValueError):
-    """A tuple's timestamp field is missing or holds neither a number nor a ``datetime``.
-
-    Not a late tuple: the caller counts and reports it.
-
-    Attributes:
-        field: the timestamp field.
-        value_type: the type name of the value found (``"missing"`` when absent).
-    """
-
-    def __init__(self, field: str, value_type: str) -> None:
-        self.field = field
-        self.value_type = value_type
-        if value_type == "missing":
-            msg = f"the tuple has no timestamp field {field!r}"
-        else:
-            msg = (f"timestamp field {field!r} holds a {value_type}; expected epoch ms (int "
-                   "or float) or a datetime")
-        super().__init__(msg)
-
-    def __reduce__(self):
-        return (type(self), (self.field, self.value_type))
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_ONE_MS = timedelta(milliseconds=1)
-_MISSING = object()
-
-
-def extract_timestamp(values: Any, field: str) -> int:
-    """The event time of a tuple, in whole epoch ms (Storm's ``TupleFieldTimestampExtractor``).
-
-    Args:
-        values: a ``Tuple``, a mapping, or anything indexable by field name.
-        field: the timestamp field.
-
-    Returns:
-        An int: an int as is; a float floored to whole ms (window bounds are whole ms); a
-        ``datetime`` converted, a naive one read as UTC.
-
-    Raises:
-        BadTimestamp: the field is missing, or holds anything else (None, str, bool, NaN).
-    """
-    if isinstance(values, Mapping):
-        v = values.get(field, _MISSING)
-    else:
-        try:
-            v = values[field]
-        except (KeyError, IndexError, TypeError):
-            v = _MISSING
-    t = type(v)
-    if t is int:
-        return v
-    if t is float:
-        if math.isfinite(v):
-            return math.floor(v)
-    elif isinstance(v, datetime):
-        ms = ((v if v.tzinfo is not None else v.replace(tzinfo=timezone.utc)) - _EPOCH) // _ONE_MS
-        if isinstance(ms, int):  # pandas.NaT passes isinstance(datetime) and yields NaN
-            return ms
-    elif v is not _MISSING and not isinstance(v, bool):
-        if isinstance(v, numbers.Integral):
-            return int(v)
-        if isinstance(v, numbers.Real) and math.isfinite(v):
-            return math.floor(v)
-    raise BadTimestamp(field, "missing" if v is _MISSING else t.__name__)
-
-
 class WindowedBolt:
     """A bolt that processes windows of tuples (Storm's ``BaseWindowedBolt``).
 
@@ -498,14 +446,14 @@ class WindowedBolt:
             if not isinstance(x, (Count, Duration)):
                 raise TypeError(f"with_window {what} must be a Count or a Duration, got {x!r}; "
                                 "e.g. with_window(Count(100)) or with_window(Duration.seconds(10))")
-        if type(length) is type(sliding) and _amount(sliding) > _amount(length):
+        if type(length) is type(sliding) and amount_of(sliding) > amount_of(length):
             raise ValueError(f"{type(self).__name__}: the sliding interval {sliding} is longer "
                              f"than the window length {length}")
         conf = self._window_config()
         for key in WINDOW_CONFIG_KEYS[:4]:
             conf.pop(key, None)
-        conf[_length_key(length)] = _amount(length)
-        conf[_sliding_key(sliding)] = _amount(sliding)
+        conf[_length_key(length)] = amount_of(length)
+        conf[_sliding_key(sliding)] = amount_of(sliding)
         return self
 
     def with_tumbling_window(self, length: Count | Duration) -> WindowedBolt:
@@ -537,7 +485,7 @@ class WindowedBolt:
     def with_late_tuple_stream(self, stream_id: str) -> WindowedBolt:
         """Emit late tuples on ``stream_id`` instead of counting and dropping them; the
         stream's fields are ``source_component``, ``source_stream``, ``values`` and
-        ``timestamp`` (epoch ms; topology/_windowed_executor.py). Needs
+        ``timestamp`` (epoch ms; actors/windowing/executor.py). Needs
         :meth:`with_timestamp_field`."""
         if not isinstance(stream_id, str) or not stream_id:
             raise ValueError(f"with_late_tuple_stream takes a stream id, got {stream_id!r}")

@@ -11,10 +11,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from topology._arrow_rows import arrow_rows
-from topology._components import Spout
-from topology._dead_letters import RetryService
-from topology._errors import TopologyError
+from connectors.spark.arrow_rows import arrow_rows
+from topology import RetryService, Spout, TopologyError
 
 #: A DataFrameSpout's flush interval (ms): see DataFrameSpout.get_component_configuration
 FLUSH_INTERVAL_MS = 10
@@ -61,7 +59,7 @@ class DataFrameSpout(Spout):
 
     Value types after the trip: Spark timestamps become ``datetime.datetime``, dates
     ``datetime.date``, decimals ``decimal.Decimal``, nulls ``None`` (Arrow's ``to_pylist``;
-    a UTC timestamp's zone is ``datetime.timezone.utc``, see topology/_arrow_rows.py).
+    a UTC timestamp's zone is ``datetime.timezone.utc``, see connectors/spark/arrow_rows.py).
 
     Args:
         df: a DataFrame of a Spark session started by RayDP (``cluster.start_spark``).

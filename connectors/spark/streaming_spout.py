@@ -14,12 +14,10 @@ import threading
 from collections import deque
 from typing import Any
 
-from topology._arrow_rows import arrow_rows
-from topology._components import Spout
-from topology._dead_letters import RetryService
-from topology._errors import TopologyError
-from topology._handoff import FAILED, HandoffCore
-from topology._streaming_sources import query_sources, source_problems
+from connectors.spark.arrow_rows import arrow_rows
+from connectors.spark.handoff import FAILED, HandoffCore
+from connectors.spark.sources import query_sources, source_problems
+from topology import RetryService, Spout, TopologyError
 
 logger = logging.getLogger("storm_on_ray.streaming")
 
@@ -361,7 +359,7 @@ class StreamingDataFrameSpout(Spout):
             try:
                 from raydp.spark.dataset import release_spark_recoverable
 
-                from topology._dataframe_spout import raydp_internals_quiet
+                from connectors.spark.dataframe_spout import raydp_internals_quiet
 
                 with raydp_internals_quiet():  # (RayDP reads df.sql_ctx)
                     release_spark_recoverable(df)

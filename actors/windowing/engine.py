@@ -1,6 +1,6 @@
 """The windowing engine: :class:`WindowEngine`, the pure core of a windowed bolt that
 decides which windows fire and which tuples are done (the user's side, ``WindowedBolt``,
-``Count``, ``Duration``, ``TupleWindow``, is ``topology/_windows.py``).
+``Count``, ``Duration``, ``TupleWindow``, is ``topology/windows.py``).
 
 Storm 2.0's windowing (``BaseWindowedBolt``, ``WindowedBoltExecutor``, ``WindowManager`` with
 its trigger and eviction policies, ``WaterMarkEventGenerator``) rebuilt as one class with no
@@ -78,21 +78,104 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+import numbers
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta, timezone
+from typing import Any, NamedTuple
 
-from topology._windows import (
-    EXPIRE_EVENTS_THRESHOLD,
-    MIN_TICK_MS,
-    Count,
-    Fire,
-    TupleWindow,
-    WindowSpec,
-    _amount,
-    _who,
-)
+from topology import Count, TupleWindow
+from topology.windows import WindowSpec, amount_of, error_prefix
+
+#: Storm's ``WindowManager.EXPIRE_EVENTS_THRESHOLD``: tuples that leave a count window between
+#: two fires are acked in groups of this many, so the check costs O(1) amortised per tuple
+#: and such tuples never pile up in memory until the next fire.
+EXPIRE_EVENTS_THRESHOLD = 100
+
+
+class Fire(NamedTuple):
+    """One decision of the engine.
+
+    Attributes:
+        window: run ``execute(window)``; None when the record only acks (Storm's
+            ``onExpiry``: tuples that left every window without a window to run).
+        done: the items no later window can hold: ack them once ``execute`` has returned
+            (at once when ``window`` is None). Each accepted item is in exactly one
+            ``done``, in the fire of its last window or a later one.
+    """
+
+    window: TupleWindow | None
+    done: list
+
+
+class BadTimestamp(ValueError):
+    """A tuple's timestamp field is missing or holds neither a number nor a ``datetime``.
+
+    Not a late tuple: the caller counts and reports it.
+
+    Attributes:
+        field: the timestamp field.
+        value_type: the type name of the value found (``"missing"`` when absent).
+    """
+
+    def __init__(self, field: str, value_type: str) -> None:
+        self.field = field
+        self.value_type = value_type
+        if value_type == "missing":
+            msg = f"the tuple has no timestamp field {field!r}"
+        else:
+            msg = (f"timestamp field {field!r} holds a {value_type}; expected epoch ms (int "
+                   "or float) or a datetime")
+        super().__init__(msg)
+
+    def __reduce__(self):
+        return (type(self), (self.field, self.value_type))
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_ONE_MS = timedelta(milliseconds=1)
+_MISSING = object()
+
+
+def extract_timestamp(values: Any, field: str) -> int:
+    """The event time of a tuple, in whole epoch ms (Storm's ``TupleFieldTimestampExtractor``).
+
+    Args:
+        values: a ``Tuple``, a mapping, or anything indexable by field name.
+        field: the timestamp field.
+
+    Returns:
+        An int: an int as is; a float floored to whole ms (window bounds are whole ms); a
+        ``datetime`` converted, a naive one read as UTC.
+
+    Raises:
+        BadTimestamp: the field is missing, or holds anything else (None, str, bool, NaN).
+    """
+    if isinstance(values, Mapping):
+        v = values.get(field, _MISSING)
+    else:
+        try:
+            v = values[field]
+        except (KeyError, IndexError, TypeError):
+            v = _MISSING
+    t = type(v)
+    if t is int:
+        return v
+    if t is float:
+        if math.isfinite(v):
+            return math.floor(v)
+    elif isinstance(v, datetime):
+        ms = ((v if v.tzinfo is not None else v.replace(tzinfo=timezone.utc)) - _EPOCH) // _ONE_MS
+        if isinstance(ms, int):  # pandas.NaT passes isinstance(datetime) and yields NaN
+            return ms
+    elif v is not _MISSING and not isinstance(v, bool):
+        if isinstance(v, numbers.Integral):
+            return int(v)
+        if isinstance(v, numbers.Real) and math.isfinite(v):
+            return math.floor(v)
+    raise BadTimestamp(field, "missing" if v is _MISSING else t.__name__)
+
 
 logger = logging.getLogger(__name__)
 
@@ -149,8 +232,8 @@ class WindowEngine:
         self._count_trigger = isinstance(spec.sliding, Count)
         # count triggers and count-length expiry scans look at each released item
         self._per_item = self._count_trigger or self._count_length
-        self._length = _amount(spec.length)
-        self._slide = _amount(spec.sliding)
+        self._length = amount_of(spec.length)
+        self._slide = amount_of(spec.sliding)
         self._lag = spec.lag_ms
         self._wm_interval = spec.watermark_interval_ms
         # Released items (every item in processing time; in event time those below the
@@ -195,22 +278,9 @@ class WindowEngine:
         return self._wm
 
     def tick_interval_ms(self) -> int | None:
-        """How often :meth:`advance` should be called for windows to fire on time, in ms.
-
-        Event time: the watermark interval (windows fire when the watermark moves).
-        Processing time: for duration windows the gcd of length and slide (every window end
-        is a multiple of it, so ticks at its multiples fire each window at its end;
-        otherwise a window fires at most one interval late), at least ``min(slide,
-        MIN_TICK_MS)``; for a count length with a duration slide the slide; None when a
-        count triggers (windows fire in ``add``).
-        """
-        if self._event_time:
-            return self._wm_interval
-        if self._count_trigger:
-            return None
-        slide = self._slide
-        period = slide if self._count_length else math.gcd(self._length, slide)
-        return max(period, min(slide, MIN_TICK_MS))
+        """How often :meth:`advance` should be called for windows to fire on time, in ms
+        (the spec's :meth:`WindowSpec.tick_interval_ms`)."""
+        return self.spec.tick_interval_ms()
 
     # -- stimuli ----------------------------------------------------------------------------
 
@@ -262,7 +332,7 @@ class WindowEngine:
                 self._upstream.add(source_task)
                 logger.warning("%sa tuple from task %s, which is not among its upstream "
                                "tasks; the watermark now waits for that task too",
-                               _who(self._component), source_task)
+                               error_prefix(self._component), source_task)
             task_max[source_task] = ts_ms
         elif ts_ms > seen:
             task_max[source_task] = ts_ms
