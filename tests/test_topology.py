@@ -208,13 +208,28 @@ def test_back_edges_close_every_cycle_and_ackers_keep_user_task_ids():
     assert topo.with_ackers(0, in_spouts=True).acker_tasks == ()  # acking off
 
 
-def test_the_readme_config_reference_is_the_config_table():
+def test_docs_config_tables_are_the_code_tables():
+    """docs/config.md's two generated tables (every key; the Storm keys accepted as
+    no-ops) are the text topology/_config.py generates, and the no-ops stay accepted."""
     from pathlib import Path
 
-    from topology._config import reference_table
+    from topology._config import CONFIG_KEYS, make_config, noop_table, reference_table
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    start = readme.index("<!-- config-table -->\n") + len("<!-- config-table -->\n")
-    end = readme.index("<!-- /config-table -->")
-    assert readme[start:end] == reference_table(), \
-        "README config table is stale: paste topology._config.reference_table() into it"
+    path = Path(__file__).resolve().parents[1] / "docs" / "config.md"
+    doc = path.read_text()
+    for marker, expected, function in (("config-table", reference_table(), "reference_table"),
+                                       ("noop-table", noop_table(), "noop_table")):
+        start_tag, end_tag = f"<!-- {marker} -->\n", f"<!-- /{marker} -->"
+        assert start_tag in doc and end_tag in doc, f"{path}: missing {start_tag!r} / {end_tag!r}"
+        start = doc.index(start_tag) + len(start_tag)
+        assert doc[start:doc.index(end_tag)] == expected, (
+            f"{path}: the table between {start_tag.strip()} and {end_tag} differs from "
+            f"topology._config.{function}(); paste that function's output between the "
+            f"markers")
+    # a Storm config that sets the no-ops, even inconsistently as Storm would refuse, passes
+    noops = {name for name, key in CONFIG_KEYS.items() if key.noop}
+    assert {"topology.debug", "topology.transfer.buffer.size",
+            "topology.transfer.batch.size"} <= noops
+    conf = make_config({"topology.debug": True, "topology.transfer.buffer.size": 1,
+                        "topology.transfer.batch.size": 500})
+    assert conf["topology.debug"] is True

@@ -3,7 +3,12 @@
 A topology's config is a plain ``dict`` keyed by Storm's names. :func:`make_config`
 merges a user dict over :data:`DEFAULTS`, rejecting unknown keys and wrong types, so a
 typo (``topology.max.spout.pendng``) fails at submit time instead of being ignored.
-Source: Storm's ``conf/defaults.yaml`` (see notes/storm2-internals.md §1).
+Source: Storm 2.0's ``conf/defaults.yaml`` and ``org.apache.storm.Config``.
+
+Storm keys that this runtime does not use are still accepted, so a Storm config does not
+fail; they are marked ``noop`` and validated only for their own type (never against another
+key). The reference tables in docs/config.md are :func:`reference_table` and
+:func:`noop_table` (a test keeps them equal).
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ class ConfigKey:
     choices: tuple[str, ...] | None = None
     #: the value must be above this (an exclusive minimum)
     above: float | None = None
+    #: a Storm key accepted for compatibility that nothing here reads
+    noop: bool = False
 
 
 WAIT_STRATEGIES = ("progressive", "park", "sleep")
@@ -52,15 +59,17 @@ _KEYS: list[ConfigKey] = [
               "flush tuples. A DataFrameSpout sets 10 for itself (rows per second count "
               "there, not milliseconds; its docstring says why).", minimum=0),
     ConfigKey("topology.transfer.buffer.size", (int,), 1000,
-              "Storm's default, accepted for compatibility but unused: a transfer actor's "
+              "No-op (Storm's key and default, accepted so a Storm config does not fail): "
+              "Storm bounds a worker's transfer queue with it; here a transfer actor's "
               "queue is bounded by the per (sender, destination task) credits of "
               "topology.transfer.max.inflight.batches instead.",
-              minimum=2),
+              minimum=1, noop=True),
     ConfigKey("topology.transfer.batch.size", (int,), 1,
-              "Storm's default, accepted for compatibility but unused: a transfer actor sends "
-              "every frame queued for a worker in one delivery. Must be at most half of "
-              "topology.transfer.buffer.size, as in Storm.",
-              minimum=1),
+              "No-op (Storm's key and default, accepted so a Storm config does not fail): "
+              "Storm batches a worker's outgoing tuples by it; here a transfer actor sends "
+              "every frame queued for a worker in one delivery. Not checked against "
+              "topology.transfer.buffer.size, which is unused too.",
+              minimum=1, noop=True),
     ConfigKey("topology.executor.overflow.limit", (int,), 0,
               "Storm's default: 0 leaves the overflow queue (remote arrivals during the "
               "halt-lag) unbounded; >0 drops, and counts, beyond the limit.", minimum=0),
@@ -90,11 +99,11 @@ _KEYS: list[ConfigKey] = [
               "Storm 1.x's key and default (policy \"watermark\"): the fill at which a raised "
               "flag is lowered; must be below the high watermark.", above=0),
     ConfigKey("topology.backpressure.nak.levels", (list, tuple), [0.5, 0.75, 0.87, 1.0],
-              "The NAK seed's fill levels (policy \"nak\"): crossing one sends a NAK of that "
-              "strength to the spouts upstream."),
+              "Ours (policy \"nak\", receiver-driven NAKs): the receive-queue fill levels; "
+              "crossing one sends a NAK of that strength to the spouts upstream."),
     ConfigKey("topology.backpressure.nak.window.ms", (int, float), 50,
-              "The NAK seed's window (policy \"nak\"): a spout reacts to the strongest NAK "
-              "within it, and raises its rate limit one step per quiet window.", above=0),
+              "Ours (policy \"nak\"): a spout reacts to the strongest NAK within this window, "
+              "and raises its rate limit one step per quiet window.", above=0),
     ConfigKey("topology.backpressure.debloat.target.ms", (int, float), 1000,
               "Flink's default buffer-debloat target (policy \"debloat\"): each receive "
               "queue admits what its task drains in this time, measured while busy.",
@@ -304,7 +313,11 @@ _KEYS: list[ConfigKey] = [
               "Storm's key (default 10.0). Each executor actor asks Ray for this share of a "
               "core. 5% so that a 2-core machine holds a topology beside a Spark executor; "
               "it is a scheduling token, not a limit.", minimum=0.001),
-    ConfigKey("topology.debug", (bool,), False, "Storm's default.")
+    ConfigKey("topology.debug", (bool,), False,
+              "No-op (Storm's key and default, accepted so a Storm config does not fail): "
+              "true makes Storm log every emitted tuple; nothing here reads it, so it logs "
+              "nothing. Per-component counts and errors are in handle.stats(), failed "
+              "tuples in handle.dead_letters().", noop=True),
 ]
 
 #: Every known key, by name.
@@ -350,7 +363,7 @@ def make_config(conf: dict[str, Any] | None = None) -> dict[str, Any]:
 
     Raises:
         ConfigError: an unknown ``topology.*`` key (with the closest known name), a wrong
-            type, a value out of range, or inconsistent batch and buffer sizes.
+            type, a value out of range, watermarks out of order or NAK levels not ascending.
     """
     merged = dict(DEFAULTS)
     for name, value in (conf or {}).items():
@@ -375,11 +388,6 @@ def make_config(conf: dict[str, Any] | None = None) -> dict[str, Any]:
             or not all(isinstance(x, (int, float)) and 0 < x <= 1 for x in levels)):
         raise ConfigError(f"config 'topology.backpressure.nak.levels' must be ascending "
                           f"fractions in (0, 1], got {levels!r}")
-    if merged["topology.transfer.batch.size"] * 2 > merged["topology.transfer.buffer.size"]:
-        raise ConfigError("config 'topology.transfer.batch.size' must be at most half of "
-                          "'topology.transfer.buffer.size' "
-                          f"({merged['topology.transfer.batch.size']} > "
-                          f"{merged['topology.transfer.buffer.size']} / 2)")
     return merged
 
 
@@ -389,13 +397,25 @@ def effective_batch_size(conf: dict[str, Any]) -> int:
                       conf["topology.executor.receive.buffer.size"] // 2))
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
 def reference_table() -> str:
     """Every config key as a Markdown table (key, default, what and why), in definition
-    order: the README's config reference is this table (a test keeps them equal)."""
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", " ")
-
+    order: docs/config.md's full table is this text (a test keeps them equal)."""
     lines = ["| key | default | what and why |", "|---|---|---|"]
     for k in _KEYS:
-        lines.append(f"| `{k.name}` | `{k.default!r}` | {cell(k.reason)} |")
+        lines.append(f"| `{k.name}` | `{k.default!r}` | {_cell(k.reason)} |")
+    return "\n".join(lines) + "\n"
+
+
+def noop_table() -> str:
+    """The Storm keys accepted but read by nothing (``ConfigKey.noop``), as a Markdown
+    table: docs/config.md's no-op section is this text (a test keeps them equal)."""
+    lines = ["| key | default | accepted type | what Storm does with it, and here |",
+             "|---|---|---|---|"]
+    for k in _KEYS:
+        if k.noop:
+            lines.append(f"| `{k.name}` | `{k.default!r}` | {_tn(k)} | {_cell(k.reason)} |")
     return "\n".join(lines) + "\n"
