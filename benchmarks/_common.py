@@ -3,15 +3,34 @@ the scoring of a rate against the rate it should have had (follow error, reactio
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
 import statistics
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 RESULTS = Path(__file__).resolve().parent / "results"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def example(*names: str):
+    """Load the example scripts ``names`` (in order, e.g. ``"flights", "flights_live"``) as
+    modules under their own names, as running them as scripts would, so that a later one
+    finds the modules it imports by plain name; returns the last one. The examples are
+    scripts, not a package: this keeps ``sys.path`` as it is."""
+    module = None
+    for name in names:
+        module = sys.modules.get(name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+    return module
 
 
 def machine() -> dict:

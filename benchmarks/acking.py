@@ -17,7 +17,7 @@ of one commit, as the pipeline's trees in flight drift between a few hundred and
 ``max.spout.pending``. ``topology.max.spout.pending`` bounds the trees in
 flight (Storm's advice; without it the spout can outrun the acking without bound).
 
-    python benchmarks/acking.py [--tuples 300000] [--max-spout-pending 5000] [--repeats 3]
+    python -m benchmarks.acking [--tuples 300000] [--max-spout-pending 5000] [--repeats 3]
 
 Writes benchmarks/results/acking.json; the last line is `key=value ...`.
 """
@@ -26,19 +26,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import ray
+import ray.cloudpickle
 
-import ray  # noqa: E402
-import ray.cloudpickle  # noqa: E402
-
-import benchmarks._pipeline as pipeline  # noqa: E402
-from benchmarks._common import machine, quantile, write_result  # noqa: E402
-from cluster import LocalCluster  # noqa: E402
-from topology import make_config  # noqa: E402
+import tests.components as pipeline
+from benchmarks._common import machine, quantile, write_result
+from cluster import LocalCluster
+from topology import make_config
 
 #: seconds between reads of the spout's recent complete latencies during a run
 LATENCY_POLL_S = 0.5

@@ -15,7 +15,7 @@ Each figure is the best of five passes over ``--tuples`` tuples, in µs per tupl
 What this leaves out is what a real run adds on top: actor calls (see
 ``benchmarks/actor_call.py``), waits and several processes sharing two cores.
 
-    python benchmarks/acking_stages.py [--tuples 20000]
+    python -m benchmarks.acking_stages [--tuples 20000]
 
 Writes benchmarks/results/acking_stages.json; the last line is `key=value ...`.
 """
@@ -24,19 +24,15 @@ from __future__ import annotations
 
 import argparse
 import gc
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import benchmarks._pipeline as pipeline  # noqa: E402
-from actors import (  # noqa: E402
+import tests.components as pipeline
+from actors import (
     decode_batch,
     encode_batch,
-    make_executor,  # noqa: E402
+    make_executor,
 )
-from benchmarks._common import write_result  # noqa: E402
+from benchmarks._common import write_result
 
 
 def _cores(ack: bool, in_spouts: bool = False) -> tuple[dict, dict]:

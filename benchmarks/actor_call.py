@@ -11,7 +11,7 @@ sends several times more frames per tuple than the data alone) costs what it doe
 (as the executors' and transfer actors' frame methods are): ``task_events_off_cpu_ratio``
 is its CPU per call over the default's.
 
-    python benchmarks/actor_call.py [--calls 3000]
+    python -m benchmarks.actor_call [--calls 3000]
 
 Writes benchmarks/results/actor_call.json; the last line is `key=value ...`.
 """
@@ -21,17 +21,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import psutil
+import ray
 
-import psutil  # noqa: E402
-import ray  # noqa: E402
-
-from benchmarks._common import write_result  # noqa: E402
+from benchmarks._common import write_result
 
 
 @ray.remote(num_cpus=0.1, concurrency_groups={"data": 1, "control": 1})

@@ -8,7 +8,7 @@ that starts from the same Arrow blocks (``to_pylist`` per column) and computes b
 aggregations in one pass: the limit for this work in one Python process. The loop's totals
 must equal the topology's (the run fails otherwise).
 
-    python benchmarks/flights_rows.py [--repeat 2]
+    python -m benchmarks.flights_rows [--repeat 2]
 
 Writes benchmarks/results/flights_rows.json; the last line is ``key=value ...``.
 """
@@ -17,20 +17,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "examples"))
+import ray
+import ray.cloudpickle
 
-import flights  # noqa: E402
-import ray  # noqa: E402
-import ray.cloudpickle  # noqa: E402
+from benchmarks._common import example, write_result
+from cluster import LocalCluster, start_spark, stop_spark
 
-from benchmarks._common import write_result  # noqa: E402
-from cluster import LocalCluster, start_spark, stop_spark  # noqa: E402
+flights = example("flights")
 
 COLUMNS = ("carrier", "carrier_name", "origin", "origin_name", "dest", "dest_name",
            "dep_delay", "arr_delay", "distance")

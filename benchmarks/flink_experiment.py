@@ -19,7 +19,7 @@ queue the producer would run on for seconds before the queue fills. Pacing: each
 sleeps when ahead of its schedule, so "full speed" is a rate this 2-core host holds with
 room to spare, not the machine's limit.
 
-    python benchmarks/flink_experiment.py [--max-rate 10000] [--phase-seconds 10]
+    python -m benchmarks.flink_experiment [--max-rate 10000] [--phase-seconds 10]
 
 Writes benchmarks/results/flink_experiment.json and .png; the last line is `key=value ...`.
 """
@@ -27,16 +27,12 @@ Writes benchmarks/results/flink_experiment.json and .png; the last line is `key=
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import ray.cloudpickle
 
-import ray.cloudpickle  # noqa: E402
-
-import benchmarks._pipeline as pipeline  # noqa: E402
-from benchmarks._common import (  # noqa: E402
+import tests.components as pipeline
+from benchmarks._common import (
     RESULTS,
     SETTLE_S,
     follow_error,
@@ -44,9 +40,9 @@ from benchmarks._common import (  # noqa: E402
     reaction_time,
     write_result,
 )
-from benchmarks._pipeline import Pacer  # noqa: E402
-from cluster import LocalCluster  # noqa: E402
-from topology import Bolt, Spout, TopologyBuilder  # noqa: E402
+from cluster import LocalCluster
+from tests.components import Pacer
+from topology import Bolt, Spout, TopologyBuilder
 
 PRODUCER_SPEED = 0.6
 CONSUMER_SPEEDS = (1.0, 0.3, 1.0, 0.3, 1.0)

@@ -1,7 +1,7 @@
 """Flow-control policies side by side: storm2, watermark, nak and debloat on the same scenarios.
 
 Each policy (``topology.backpressure.policy``) runs every scenario in one run, on one
-``LocalCluster``; paced components (benchmarks/_pipeline.py: ``PacedSpout``,
+``LocalCluster``; paced components (tests/components.py: ``PacedSpout``,
 ``PacedLatencySink``) take their speeds from schedules that start together once every task
 is up (``StartClock``), so a phase means the same for every policy:
 
@@ -33,7 +33,7 @@ the rate it should have| over each phase after a fixed settling second, every ph
 benchmarks/_common.follow_error), here the mean over the scored phases, in points of the
 full speed; and tuples lost (emitted × fan-out − executed − still queued after a drain).
 
-    python benchmarks/flow_control.py [--phase-seconds 4] [--step-seconds 8]
+    python -m benchmarks.flow_control [--phase-seconds 4] [--step-seconds 8]
         [--policies storm2,nak] [--scenarios flink,idle]
 
 Writes benchmarks/results/flow_control.json, .md (one row per policy × scenario) and .png;
@@ -50,7 +50,6 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -58,13 +57,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import ray
+import ray.cloudpickle
 
-import ray  # noqa: E402
-import ray.cloudpickle  # noqa: E402
-
-import benchmarks._pipeline as pipeline  # noqa: E402
-from benchmarks._common import (  # noqa: E402
+import tests.components as pipeline
+from benchmarks._common import (
     RESULTS,
     SETTLE_S,
     coefficient_of_variation,
@@ -74,8 +71,8 @@ from benchmarks._common import (  # noqa: E402
     reaction_time,
     write_result,
 )
-from cluster import LocalCluster  # noqa: E402
-from topology import ConfigError, make_config  # noqa: E402
+from cluster import LocalCluster
+from topology import ConfigError, make_config
 
 POLICIES = ("storm2", "watermark", "nak", "debloat")
 SCENARIOS = ("flink", "fanout-shuffle", "fanout-all", "two-workers", "idle")
@@ -111,7 +108,7 @@ class Phase(NamedTuple):
 
 @dataclass
 class Scenario:
-    """What a scenario runs (built for a start file, ``_pipeline.StartClock``) and how it
+    """What a scenario runs (built for a start file, ``components.StartClock``) and how it
     is scored.
 
     ``full_rate``: the tuples/s that 100% means for the rates. ``step``: indices of the
@@ -297,7 +294,7 @@ def run_cell(cluster: LocalCluster, make: Callable[[str], Scenario], policy: str
     """Run one scenario under one policy; returns its measurements (see the module doc).
 
     The schedules start ``LEAD_S`` after every task answered its first stats call (the
-    start is announced through a file, ``_pipeline.StartClock``), so a slow submit costs no
+    start is announced through a file, ``components.StartClock``), so a slow submit costs no
     phase."""
     tmp = tempfile.mkdtemp(prefix="flow-control-")
     start_file = os.path.join(tmp, "start")

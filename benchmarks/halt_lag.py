@@ -22,7 +22,7 @@ How the lag is measured: the receiving executor stamps ``since`` (``time.time()`
 first tuple goes to its overflow; the status carries it; a sender computes the lag when it
 applies the status. Both clocks are this machine's.
 
-    python benchmarks/halt_lag.py [--seconds 30] [--rounds 2] [--work-us 100]
+    python -m benchmarks.halt_lag [--seconds 30] [--rounds 2] [--work-us 100]
 
 Writes benchmarks/results/halt_lag.json; the last line is `key=value ...`.
 """
@@ -31,19 +31,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import ray
+import ray.cloudpickle
 
-import ray  # noqa: E402
-import ray.cloudpickle  # noqa: E402
-
-import benchmarks._pipeline as pipeline  # noqa: E402
-from benchmarks._common import quantile, write_result  # noqa: E402
-from cluster import LocalCluster  # noqa: E402
-from topology import TopologyBuilder, make_config  # noqa: E402
+import tests.components as pipeline
+from benchmarks._common import quantile, write_result
+from cluster import LocalCluster
+from topology import TopologyBuilder, make_config
 
 
 def _p50(xs: list[float]) -> float | None:

@@ -18,7 +18,7 @@ Each ``--batch-sizes`` value (``topology.producer.batch.size``; the first is the
 A plot of latency against sustained throughput (Storm's and Pathway's way of showing it)
 goes to benchmarks/results/latency.png.
 
-    python benchmarks/latency.py [--max-s 20] [--seconds 20] [--warmup-s 2]
+    python -m benchmarks.latency [--max-s 20] [--seconds 20] [--warmup-s 2]
                                  [--batch-sizes 1000,100]
 
 Writes benchmarks/results/latency.json; the last line is ``key=value ...``.
@@ -27,17 +27,14 @@ Writes benchmarks/results/latency.json; the last line is ``key=value ...``.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import ray.cloudpickle
 
-import ray.cloudpickle  # noqa: E402
-
-import benchmarks._pipeline as pipeline  # noqa: E402
-from benchmarks._common import RESULTS, quantile, write_result  # noqa: E402
-from cluster import LocalCluster  # noqa: E402
-from topology import make_config  # noqa: E402
+import tests.components as pipeline
+from benchmarks._common import RESULTS, quantile, write_result
+from cluster import LocalCluster
+from topology import make_config
 
 CONF = {"topology.acker.executors": 0}
 SHARES = (0.1, 0.5, 0.9)

@@ -28,7 +28,7 @@ day files a second, in three phases:
    the topology drains and the job's own check runs (``windows_checked``: the closed
    windows found equal to Spark SQL's).
 
-    python benchmarks/live.py [--days 100] [--days-per-s 0.5] [--steady-s 60] [--slow-s 120]
+    python -m benchmarks.live [--days 100] [--days-per-s 0.5] [--steady-s 60] [--slow-s 120]
 
 Ends with ``e2e_latency_ms_p50=... e2e_latency_ms_p99=... spark_follow_error_pct=...
 handoff_rows_max=... rss_growth_pct=... windows_checked=N``; writes
@@ -40,18 +40,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "examples"))
+from benchmarks._common import EXAMPLES, example, write_result
+from cluster import start_spark, stop_spark
 
-import flights_live as job  # noqa: E402
-
-from benchmarks._common import write_result  # noqa: E402
-from cluster import start_spark, stop_spark  # noqa: E402
+job = example("flights", "flights_windows", "flights_live")
 
 
 class PacedScreen(job.Screen):
@@ -177,7 +172,7 @@ def main() -> None:
     ap.add_argument("--settle-s", type=float, default=20.0)
     ap.add_argument("--lag-hours", type=float, default=3.0)
     ap.add_argument("--max-files", type=int, default=job.MAX_FILES_PER_TRIGGER)
-    ap.add_argument("--out", default=str(ROOT / "out" / "bench_live"))
+    ap.add_argument("--out", default=str(EXAMPLES.parent / "out" / "bench_live"))
     args = ap.parse_args()
 
     files = job.day_files(args.days, late_days=3, malformed=6)

@@ -6,12 +6,12 @@
    ``--shed-s`` seconds with ``topology.backpressure.overload: "shed"`` and a
    ``--target-ms`` target: the p99 of the emit-to-execute latency of the executed tuples,
    and the shed share against the share that must go, ``1 - capacity / offered``.
-3. The peer suite's Arrow batch row (benchmarks/_pipeline.build_arrow, 8,192-row record
+3. The peer suite's Arrow batch row (benchmarks/components.build_arrow, 8,192-row record
    batches) with a slow consumer for ``--slow-s`` seconds, default queue counts and the
    default byte bound: the peak queued wire bytes (receive queues and overflows, from
    stats) of the phase's two halves.
 
-    python benchmarks/overload.py [--shed-s 30] [--slow-s 20] [--work-us 500]
+    python -m benchmarks.overload [--shed-s 30] [--slow-s 20] [--work-us 500]
 
 Ends with ``shed_p99_latency_ms=... shed_target_ms=... shed_fraction_error_pct=...
 batch_queued_bytes_growth_pct=...``; writes benchmarks/results/overload.json.
@@ -20,18 +20,14 @@ batch_queued_bytes_growth_pct=...``; writes benchmarks/results/overload.json.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import ray.cloudpickle
 
-import ray.cloudpickle  # noqa: E402
-
-import benchmarks._pipeline as pipeline  # noqa: E402
-from benchmarks._common import quantile, write_result  # noqa: E402
-from cluster import LocalCluster  # noqa: E402
-from topology import make_config  # noqa: E402
+import tests.components as pipeline
+from benchmarks._common import quantile, write_result
+from cluster import LocalCluster
+from topology import make_config
 
 BASE = {"topology.acker.executors": 0}
 

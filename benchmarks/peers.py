@@ -16,7 +16,7 @@ Rows of the table (same machine, same run, side by side):
   ``ray.util.queue.Queue`` actors, one row per call (fewer rows: it is that slow);
 * ``storm_on_ray_chained``: this project on the pipeline built so that operator chaining
   applies (spout → map → filter joined by ``local_or_shuffle``, then a fields grouping into
-  the count: ``_pipeline.build_chainable``), chaining on (the default);
+  the count: ``components.build_chainable``), chaining on (the default);
 * ``storm_on_ray_unchained``: the same topology with ``topology.operator.chaining`` off;
 * ``bytewax``: Bytewax (the ``bench`` extra), one worker, ``TestingSource`` in batches of
   1,000, ``map`` → ``filter`` → ``count_final``, as a new user would write it (skipped,
@@ -27,7 +27,7 @@ with its last stage busy-waiting --work-us per row (>= 10x slower than its sourc
 0.5 s we sample the RSS of every Ray worker process plus the driver, and the object store's
 use (Ray's memory summary). Flat means the second half's peak is within 10% of the first's.
 
-    python benchmarks/peers.py [--tuples 1000000] [--slow-s 20] [--work-us 40]
+    python -m benchmarks.peers [--tuples 1000000] [--slow-s 20] [--work-us 40]
 
 Writes benchmarks/results/peers.json, peers.md (the table) and peers.png (the chart); the
 last line is ``key=value ...``, with ``bytewax_ratio`` (chained per-tuple rate /
@@ -39,22 +39,19 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
+import psutil
+import ray
+import ray.cloudpickle
 
-import numpy as np  # noqa: E402
-import psutil  # noqa: E402
-import ray  # noqa: E402
-import ray.cloudpickle  # noqa: E402
-
-import benchmarks._pipeline as pipeline  # noqa: E402
-from benchmarks._common import RESULTS, write_result  # noqa: E402
-from benchmarks.throughput import expected_counts, ours, plain_loop, ray_data  # noqa: E402
-from cluster import LocalCluster  # noqa: E402
+import tests.components as pipeline
+from benchmarks._common import RESULTS, write_result
+from benchmarks.throughput import expected_counts, ours, plain_loop, ray_data
+from cluster import LocalCluster
 
 BATCH = 8192
 CONF = {"topology.acker.executors": 0}

@@ -9,7 +9,7 @@ process, alternating, ``--repeats`` times each; the figure is the ratio of their
 (the machine is shared), plus each path's ns per row. A second ratio, ``ts_only``, times
 the timestamp column alone.
 
-    python benchmarks/row_path.py [--rows 200000] [--repeats 5]
+    python -m benchmarks.row_path [--rows 200000] [--repeats 5]
 
 Ends with ``rows_per_s_old=... rows_per_s_new=... speedup=... ts_speedup=...``; writes
 benchmarks/results/row_path.json.
@@ -19,17 +19,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
+import pyarrow as pa
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-
-from benchmarks._common import write_result  # noqa: E402
-from connectors.spark.arrow_rows import arrow_rows, column_values  # noqa: E402
+from benchmarks._common import write_result
+from connectors.spark.arrow_rows import arrow_rows, column_values
 
 COLUMNS = ("year", "month", "dep_time", "dep_delay", "carrier", "origin", "dest",
            "distance", "time_hour")

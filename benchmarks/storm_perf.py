@@ -13,7 +13,7 @@ Rates are the sink's executed count over ``--seconds`` after a 2 s warm-up (stat
 samples). Latency: the spout stamps ``time.time()`` into the tuple, the sink subtracts
 (one host, one clock).
 
-    python benchmarks/storm_perf.py [--seconds 10] [--low-rate 500]
+    python -m benchmarks.storm_perf [--seconds 10] [--low-rate 500]
 
 Writes benchmarks/results/storm_perf.json; the last line is `key=value ...`.
 """
@@ -21,16 +21,12 @@ Writes benchmarks/results/storm_perf.json; the last line is `key=value ...`.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections import deque
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import quantile, write_result  # noqa: E402
-from cluster import LocalCluster  # noqa: E402
-from topology import Bolt, Spout, TopologyBuilder  # noqa: E402
+from benchmarks._common import quantile, write_result
+from cluster import LocalCluster
+from topology import Bolt, Spout, TopologyBuilder
 
 
 class ConstSpout(Spout):

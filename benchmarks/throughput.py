@@ -19,7 +19,7 @@ bound adds, per edge between workers, two windows for the overflow (what arrives
 halt-lag, which takes about one acknowledgement round trip: three one-way hops against
 four, see benchmarks/halt_lag.py); the observed overflow peak is reported beside it.
 
-    python benchmarks/throughput.py [--tuples 1000000] [--overload-s 30] [--overload-2w-s 60]
+    python -m benchmarks.throughput [--tuples 1000000] [--overload-s 30] [--overload-2w-s 60]
 
 Writes benchmarks/results/throughput.json; the last line is `key=value ...`.
 """
@@ -27,20 +27,16 @@ Writes benchmarks/results/throughput.json; the last line is `key=value ...`.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import psutil
+import ray
+import ray.cloudpickle
 
-import psutil  # noqa: E402
-import ray  # noqa: E402
-import ray.cloudpickle  # noqa: E402
-
-import benchmarks._pipeline as pipeline  # noqa: E402
-from benchmarks._common import write_result  # noqa: E402
-from cluster import LocalCluster  # noqa: E402
-from topology import TopologyBuilder, make_config  # noqa: E402
+import tests.components as pipeline
+from benchmarks._common import write_result
+from cluster import LocalCluster
+from topology import TopologyBuilder, make_config
 
 
 def expected_counts(n: int) -> dict:

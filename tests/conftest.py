@@ -10,6 +10,22 @@ import pytest
 
 import tests.components as components
 
+#: fixtures that start (or need) Ray, and those that need a Spark session on it
+RAY_FIXTURES = frozenset({"cluster", "ray_head", "spark"})
+SPARK_FIXTURES = frozenset({"spark"})
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test that uses a Ray or Spark fixture (directly or through another
+    fixture) ``ray`` or ``spark``, so ``-m "not ray and not spark"`` runs only the tests
+    that need neither; a test that starts Ray itself carries the mark in its module."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & SPARK_FIXTURES:
+            item.add_marker(pytest.mark.spark)
+        if used & RAY_FIXTURES:
+            item.add_marker(pytest.mark.ray)
+
 # For the session's cluster only: ray.cluster_utils.Cluster sets up no token of its own
 # (Ray 2.60), and this process joins it at an explicit address, for which Ray never turns
 # token mode on; off for both keeps them in one mode. (Whether the session would also run
@@ -22,9 +38,9 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 def cluster():
     """A ``LocalCluster`` of 3 Ray nodes on this machine (2 CPUs each), shared by every Ray
     test; topologies pack on the driver's node unless they ask to spread."""
+    import benchmarks._pipeline
     import ray.cloudpickle
 
-    import benchmarks._pipeline
     from cluster import LocalCluster
 
     ray.cloudpickle.register_pickle_by_value(components)

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.ray, pytest.mark.e2e]
 
 
 #: Lines the main job printed that were not its own (issue 23): Ray's error at every

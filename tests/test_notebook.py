@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import ray
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parent.parent
 
