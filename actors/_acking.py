@@ -1,14 +1,14 @@
 """Acking as a pure ledger: Storm's XOR tuple trees, with no Ray, no threads and no clock.
 
-Storm's at-least-once algorithm (notes/storm2-internals.md §5): every tuple of a spout
-tuple's tree carries, per root id, a random 63-bit edge id; each edge id is XORed into the
-root's value twice (once when the tuple is emitted, once when it is acked), so the tree is
-complete when the root's value returns to 0. The acker tasks keep those values; a spout
-keeps its pending trees for ``topology.max.spout.pending`` and
-``topology.message.timeout.secs``.
+Storm's at-least-once algorithm (Storm docs, "Guaranteeing Message Processing"; Storm's
+``Acker`` and output collectors): every tuple of a spout tuple's tree carries, per root id,
+a random 63-bit edge id; each edge id is XORed into the root's value twice (once when the
+tuple is emitted, once when it is acked), so the tree is complete when the root's value
+returns to 0. The acker tasks keep those values; a spout keeps its pending trees for
+``topology.max.spout.pending`` and ``topology.message.timeout.secs``.
 
 The executor feeds events in and carries out what comes out, in the manner of Dask's
-``worker_state_machine`` (shared/STYLE.md):
+``distributed.worker_state_machine``:
 
 * events: :meth:`SpoutLedger.on_spout_emit`, :meth:`BoltLedger.on_emit`,
   :meth:`BoltLedger.on_ack`, :meth:`BoltLedger.on_fail`,

@@ -30,8 +30,9 @@ class BoltExecutor(ExecutorCore):
     Tick tuples (Storm's ``topology.tick.tuple.freq.secs``, for user bolts): the loop's
     timer puts one into the task's own receive queue at each period, behind the data, with
     a non-blocking insert; a tick that finds the queue full, or the previous tick still
-    queued, stays due, and ticks that fall due meanwhile collapse into it (Storm's timer
-    publishes blocking, and ticks pile up behind a slow bolt: notes/storm2-internals.md).
+    queued, stays due, and ticks that fall due meanwhile collapse into it (Storm's
+    ``Executor.setupTicks`` publishes from the worker's user timer with a blocking
+    ``JCQueue.publish``, so ticks pile up behind a slow bolt).
     """
 
     #: the tick timer's clock (monotonic seconds; a test may drive it)

@@ -25,12 +25,12 @@ code   Python type                 payload
 The wall time and the date are the bytes CPython's ``datetime`` and ``date`` pickle
 themselves as (year as two bytes, month with the ``fold`` flag in its top bit, day, then
 hour, minute, second, and microsecond as three bytes, all big-endian): ``__reduce_ex__``
-gives them and the type's constructor reads them back, both in C, with no pickle and no
-code run. With ISO text, encoding a flights row (one datetime among ten values) took 5.8
-µs instead of 3.6 (docs/benchmarks.md, the main job's rows). A named zone travels as the
-value's UTC offset (the same instant), as ISO 8601 text would carry it; msgpack's own
-Timestamp type keeps neither the offset nor the wall time. The decoder refuses a field out
-of range (see ``_NO_TIME``).
+gives them and the type's constructor reads them back, both in C, with no pickle and no code
+run. ISO text made encoding a flights row (one datetime among ten values) markedly slower
+(docs/benchmarks.md, the main job's rows). A named zone travels as the value's UTC offset
+(the same instant), as ISO 8601 text would carry it; msgpack's own Timestamp type keeps
+neither the offset nor the wall time. The decoder refuses a field out of range (see
+``_NO_TIME``).
 
 Arrow values let one tuple carry a whole record batch (``DataFrameSpout(...,
 arrow_batches=True)`` feeding vectorised bolts): its buffers are copied once into the frame

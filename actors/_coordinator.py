@@ -1,12 +1,12 @@
 """The topology-wide throttle of STORM-886's watermark policy, as one small actor.
 
 Storm 1.x kept each task's backpressure flag as a ZooKeeper node and the workers watched
-them: a change reached every worker without polling (seeds/storm1-automatic-backpressure-
-storm-886.txt). Here each task tells the coordinator when its flag changes
-(``flag(task, on)``), and the coordinator tells every spout task when the topology-wide
-state changes (some task flagged ↔ none), each push numbered so a spout ignores an older one
-that arrives late. While no flag changes, nothing is sent (polling the GCS key-value store
-instead would send messages while idle). See backpressure/_watermark.py for the policy.
+them: a change reached every worker without polling (STORM-886, "Automatic Back Pressure").
+Here each task tells the coordinator when its flag changes (``flag(task, on)``), and the
+coordinator tells every spout task when the topology-wide state changes (some task flagged ↔
+none), each push numbered so a spout ignores an older one that arrives late. While no flag
+changes, nothing is sent (polling the GCS key-value store instead would send messages while
+idle). See backpressure/_watermark.py for the policy.
 """
 
 from __future__ import annotations

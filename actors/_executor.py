@@ -13,14 +13,15 @@ objects it calls, the rooms that decide (no Ray in any of them; its sinks are in
 * the **acking ledger** (``actors/_acking.py``): tuple trees, pure;
 * the **flow-control policy** (``backpressure/_policy.py``).
 
-The loop (seeds/storm2-messaging-redesign.txt, notes/storm2-internals.md §2-4): a spout does
-not call ``next_tuple`` while ``pending_emits`` is non-empty, but keeps consuming its own
-queue (acks); a bolt stops consuming. Retries idle under
-``topology.backpressure.wait.strategy``. The executor thread runs its own flushes (Storm's
-FlushTuple without the timer thread, see :meth:`ExecutorCore._timers`). End of stream: a
-spout that raises ``StopIteration`` sends an end-of-stream marker after its data to every
-downstream task; a bolt that has seen the marker from all its upstream tasks and drained
-its queue calls ``finish()`` and does the same.
+The loop (STORM-2306, "Redesign Messaging Subsystem and switch to JCTools Queues"; Storm's
+``SpoutExecutor`` and ``BoltExecutor``): a spout does not call ``next_tuple`` while
+``pending_emits`` is non-empty, but keeps consuming its own queue (acks); a bolt stops
+consuming. Retries idle under ``topology.backpressure.wait.strategy``. The executor
+thread runs its own flushes (Storm's FlushTuple without the timer thread, see
+:meth:`ExecutorCore._timers`). End of stream: a spout that raises ``StopIteration`` sends
+an end-of-stream marker after its data to every downstream task; a bolt that has seen the
+marker from all its upstream tasks and drained its queue calls ``finish()`` and does the
+same.
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ _EOS_MSG = (EOS_STREAM, None)
 CHAIN_FLUSH_DEFER = 10
 #: A busy host runs its chained tasks' clock work at most this often (seconds), and at once
 #: after it waited: the spout loop's clock check comes every few tuples, and the chained
-#: tasks' part of it was a tenth of a chain host's time (py-spy, benchmarks/peers.py's
-#: chained pipeline)
+#: tasks' part of it showed in a chain host's profile (benchmarks/peers.py's chained
+#: pipeline)
 CHAIN_TIMERS_S = 0.001
 _DRAINED_MSG = (DRAINED_STREAM, None)
 

@@ -4,8 +4,8 @@ A decoded batch allocates two or three containers per tuple, and most of them li
 in a receive queue, so at Python's default generation-0 threshold (700 allocations) the
 collector runs every few hundred tuples and rescans the survivors as they age. Tuples in
 flight hold no reference cycles: reference counting frees them, and the collector finds
-nothing. Decoding 1,000-item frames with 40 frames alive, the collector at the default
-threshold took most of the time, and at 10,000 decoding cost as little as with the collector
+nothing. Decoding frames while many are alive, the collector at the default threshold took
+most of the time, and at this key's default decoding cost as little as with the collector
 off (figures in docs/benchmarks.md).
 """
 

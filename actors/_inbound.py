@@ -3,14 +3,14 @@
 Ray does not order calls to threaded actors, so each (sender, receiver) pair numbers its
 frames (seq, within an epoch that a restart renews); :meth:`Inbound.accept_frame` puts them
 back in order. Frames from this worker block while the receive queue is full (which holds
-the sender's credit); frames from another worker never block: they go to the overflow
-while the queue is full or the overflow is in use (Storm 2.0's ``transferLocalBatch`` and
-``overflowQ``, seeds/storm2-backpressure-model.txt), and the task's flow-control policy
-decides when to report a backlog to the worker's transfer actor. A shedding task
-(``topology.backpressure.overload: "shed"``, :class:`backpressure.LoadShedder`) blocks no
-sender and uses no overflow for data: what finds its queue full is shed on arrival.
-Frames count their wire bytes against the queue's byte bound
-(``topology.executor.receive.buffer.bytes``).
+the sender's credit); frames from another worker never block: they go to the overflow while
+the queue is full or the overflow is in use (Storm 2.0's ``transferLocalBatch`` and
+``overflowQ``; STORM-2306's design doc "Backpressure model for Storm 2.0"), and the task's
+flow-control policy decides when to report a backlog to the worker's transfer actor. A
+shedding task (``topology.backpressure.overload: "shed"``,
+:class:`backpressure.LoadShedder`) blocks no sender and uses no overflow for data: what
+finds its queue full is shed on arrival. Frames count their wire bytes against the queue's
+byte bound (``topology.executor.receive.buffer.bytes``).
 """
 
 from __future__ import annotations

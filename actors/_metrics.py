@@ -2,9 +2,11 @@
 time, the backpressure level and its cause, a stall detector, and their export through
 ``ray.util.metrics`` (so Ray's dashboard and Prometheus show them).
 
-Sources: Storm 2.0's JCQueue metrics and Storm UI's ``capacity`` (notes/storm2-internals.md);
-Flink's ``idleTimeMsPerSecond`` / ``busyTimeMsPerSecond`` / ``backPressuredTimeMsPerSecond``
-and its backpressure levels OK ≤ 0.10 < LOW ≤ 0.5 < HIGH (seeds/flink-backpressure.txt).
+Sources: Storm 2.0's ``JCQueueMetrics`` and Storm UI's ``capacity`` (Storm docs, "Storm
+UI REST API"); Flink's ``idleTimeMsPerSecond`` / ``busyTimeMsPerSecond`` /
+``backPressuredTimeMsPerSecond`` and its backpressure levels OK ≤ 0.10 < LOW ≤ 0.5 < HIGH
+(Flink docs, "Monitoring Back Pressure"; Flink blog, "How to identify the source of back
+pressure?", 2021).
 
 The executor thread only adds to cumulative counters (time idle, time held by
 backpressure and by which destination, sampled execute latencies); a :class:`TaskMetrics`

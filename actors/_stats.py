@@ -7,9 +7,9 @@ the last closed metrics interval (:class:`IntervalMetrics`, made by
 it; ``TopologyHandle.stats()``, the CLI, the notebook view and the Ray metrics export read
 its fields. Pure: no Ray import, so drivers and tests read it anywhere.
 
-Sources: Storm UI's per-executor stats and Storm 2.0's JCQueue metrics
-(notes/storm2-internals.md); Flink's busy / idle / backpressured time and levels
-(seeds/flink-backpressure.txt).
+Sources: Storm UI's per-executor stats and Storm 2.0's ``JCQueueMetrics`` (Storm docs,
+"Storm UI REST API"); Flink's busy / idle / backpressured time and levels (Flink docs,
+"Monitoring Back Pressure").
 """
 
 from __future__ import annotations
@@ -95,19 +95,19 @@ class TaskStats:
     by input stream and site), ``last_sojourn_ms`` (the queue time of the last tuple that
     left the queue; None unless shedding).
 
-    Backpressure (seeds/storm2-backpressure-model.txt): ``backpressure_policy`` (its name),
-    ``policy_state`` (its state: the watermark flag and throttle, the NAK rate limit and last
-    NAK, debloat's in-flight bound and drain time; see backpressure/), ``control_sent`` /
-    ``control_received`` (flow-control signals: watermark flags, throttles, NAKs),
-    ``backlogged`` (this task's overflow is in use: other workers hold their sends to it),
-    ``pending_emits`` / ``max_pending_emits`` (emits waiting for a full or backlogged
-    destination now / the most at once), ``batched`` (tuples in partial outgoing batches),
-    ``send_failures`` (sends that found a destination full or backlogged),
-    ``remote_backlogged`` (tasks of other workers this task may not send to now),
-    ``remote_refusals``, ``halt_lags_ms`` (recent ms from a destination's backlog starting
-    to this task holding its sends), ``bp_reports`` / ``refused`` (reports this task sent
-    as a receiver / arrivals it refused), ``backpressure_wait_ms`` / ``idle_wait_ms``
-    (time the executor waited on backpressure / for input, cumulative ms).
+    Backpressure (STORM-2306's design doc "Backpressure model for Storm 2.0"):
+    ``backpressure_policy`` (its name), ``policy_state`` (its state: the watermark flag and
+    throttle, the NAK rate limit and last NAK, debloat's in-flight bound and drain time; see
+    backpressure/), ``control_sent`` / ``control_received`` (flow-control signals: watermark
+    flags, throttles, NAKs), ``backlogged`` (this task's overflow is in use: other workers
+    hold their sends to it), ``pending_emits`` / ``max_pending_emits`` (emits waiting for a
+    full or backlogged destination now / the most at once), ``batched`` (tuples in partial
+    outgoing batches), ``send_failures`` (sends that found a destination full or
+    backlogged), ``remote_backlogged`` (tasks of other workers this task may not send to
+    now), ``remote_refusals``, ``halt_lags_ms`` (recent ms from a destination's backlog
+    starting to this task holding its sends), ``bp_reports`` / ``refused`` (reports this
+    task sent as a receiver / arrivals it refused), ``backpressure_wait_ms`` /
+    ``idle_wait_ms`` (time the executor waited on backpressure / for input, cumulative ms).
 
     Transfer (actors/_inbound.py, the executor actor's sinks): ``bad_frames``,
     ``duplicate_frames``, ``early_frames``, ``stale_frames``, ``epoch_resets``,

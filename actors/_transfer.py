@@ -1,7 +1,8 @@
 """``TransferActor``: one per worker; moves batches and backpressure status between workers.
 
-Storm 2.0's ``WorkerTransfer`` + Netty client/server (notes/storm2-internals.md §3,
-seeds/storm2-backpressure-model.txt §2), as a threaded Ray actor with concurrency groups
+Storm 2.0's ``WorkerTransfer`` + Netty client/server (with Storm's ``WorkerState`` and
+``BackPressureTracker``; STORM-2306's design doc "Backpressure model for Storm 2.0",
+"Backpressure between workers"), as a threaded Ray actor with concurrency groups
 (``status`` never waits behind data). Threads, not asyncio: a one-way call into a threaded
 actor's group costs less than one into an asyncio actor, and on Storm's status path the
 halt-lag is three such hops (benchmarks/halt_lag.py; the A/B figures are in

@@ -1,9 +1,10 @@
 """The flow-control core, free of I/O: bounded queues, batch inserters, wait strategies,
 flow-control policies and load shedding.
 
-Storm 2.0's messaging and backpressure model (seeds/storm2-messaging-redesign.txt,
-seeds/storm2-backpressure-model.txt). Nothing here imports Ray: actors carry out what
-these classes decide, and every class is unit-tested without a cluster.
+Storm 2.0's messaging and backpressure model (STORM-2306, "Redesign Messaging Subsystem and
+switch to JCTools Queues", and its design doc "Backpressure model for Storm 2.0"). Nothing
+here imports Ray: actors carry out what these classes decide, and every class is unit-tested
+without a cluster.
 """
 
 from backpressure._debloat import DebloatPolicy

@@ -1,12 +1,14 @@
 """``JCQueue``: an executor's bounded receive queue plus its overflow queue.
 
-Storm 2.0's ``JCQueue`` (seeds/storm2-messaging-redesign.txt; notes/storm2-internals.md §2):
+Storm 2.0's ``JCQueue`` (STORM-2306, "Redesign Messaging Subsystem and switch to JCTools
+Queues"; Storm's ``JCQueue`` class):
 
 * the **receive queue** holds at most ``capacity`` elements (tuples); inserts into a full
   queue fail, which is how backpressure starts;
 * the **overflow queue** holds elements that arrived from other workers during the
-  halt-lag (seeds/storm2-backpressure-model.txt §2b); it is bounded by
-  ``topology.executor.overflow.limit`` when that is > 0 (beyond it, drops are counted);
+  halt-lag ("Backpressure model for Storm 2.0", STORM-2306's design doc, §2b); it is
+  bounded by ``topology.executor.overflow.limit`` when that is > 0 (beyond it, drops are
+  counted);
 * **batch inserters**, one per producer, group ``topology.producer.batch.size`` elements
   per insert. An inserter is generic over its *sink* (any ``try_fill(items) -> n``), so the
   same class batches into a local ``JCQueue`` and into a remote executor's queue;
@@ -281,7 +283,8 @@ class JCQueue:
         queue while the overflow is empty and there is room; the rest, and everything while
         the overflow is non-empty (so one upstream's order is kept), go to the overflow
         queue; beyond ``overflow_limit`` or ``overflow_limit_bytes`` (> 0) they are dropped
-        and counted. Storm 2.0 overflowQ, see seeds/storm2-backpressure-model.txt §2b-c.
+        and counted. Storm 2.0 overflowQ, see "Backpressure model for Storm 2.0"
+        (STORM-2306's design doc), §2b-c.
 
         Args:
             limit: an overflow limit for this call instead of ``overflow_limit`` (a back
@@ -405,7 +408,8 @@ class JCQueue:
     def try_publish_to_overflow(self, obj: Any) -> bool:
         """Append to the overflow queue; False, and the element counted as dropped, at the limit.
 
-        Storm 2.0 overflowQ, see seeds/storm2-backpressure-model.txt §2b-c.
+        Storm 2.0 overflowQ, see "Backpressure model for Storm 2.0" (STORM-2306's design
+        doc), §2b-c.
         """
         with self._lock:
             if self.overflow_limit > 0 and len(self._overflow) >= self.overflow_limit:

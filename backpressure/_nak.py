@@ -1,13 +1,15 @@
 """NAK flow control: receivers speak only when overloaded; spouts adapt a send-rate limit.
 
-The NAK scheme (seeds/nak-vs-ack-flow-control.txt; JStorm's rate-based backpressure is the
-closest production design): a receiver watches its queue and, once the fill crosses a level
-(50 / 75 / 87 / 100% by default), sends ``NAK(level)`` to the senders; while no queue is
-past the first level, nothing is sent at all. Each sender keeps a send-rate limit, cut by a
-NAK according to its strength and raised stepwise (the step growing with the time since the
-last NAK) while none arrives. In 1:N fan-out a sender reacts to the strongest NAK within a
-window (50 ms), so it never needs to know how many receivers there are, and a dying
-receiver cannot stall it (it simply stops sending NAKs).
+The NAK scheme (NAK-based flow control, where ACK-based flow control would grant credit:
+negative acknowledgements, as in brokerless multicast messaging; the blog post "Backpressure
+in async communication systems", 2014, applies it to sender rate limits; JStorm's rate-based
+backpressure is the closest production design): a receiver watches its queue and, once the
+fill crosses a level (50 / 75 / 87 / 100% by default), sends ``NAK(level)`` to the senders;
+while no queue is past the first level, nothing is sent at all. Each sender keeps a
+send-rate limit, cut by a NAK according to its strength and raised stepwise (the step
+growing with the time since the last NAK) while none arrives. In 1:N fan-out a sender reacts
+to the strongest NAK within a window (50 ms), so it never needs to know how many receivers
+there are, and a dying receiver cannot stall it (it simply stops sending NAKs).
 
 Here the senders that adapt are the spouts upstream of the overloaded task (the sources:
 bolts between them pass the slowdown on through their bounded queues). The limit is applied

@@ -187,7 +187,7 @@ class FlowControlPolicy:
 
 
 class Storm2Policy(FlowControlPolicy):
-    """Storm 2.0's per-task backpressure (seeds/storm2-backpressure-model.txt §2).
+    """Storm 2.0's per-task backpressure ("Backpressure model for Storm 2.0", STORM-2306, §2).
 
     Receiving: a task is backlogged from the first arrival from another worker that goes to
     its overflow until the check timer finds the overflow drained

@@ -1,14 +1,14 @@
 """Latency-first load shedding: one task's decisions and accounts.
 
 ``topology.backpressure.overload: "shed"`` turns a bolt's overload from waiting into
-dropping, for a source that cannot be slowed down (the at-most-once case of
-seeds/storm1-automatic-backpressure-storm-886.txt: flow control without acking only moves
-the backlog upstream). The rule is CoDel's measure with a fixed target: a tuple whose
-sojourn time in the task's queue, taken as it leaves the queue, is past
-``topology.shed.latency.target.ms`` is shed instead of executed (site ``"queue"``), and a
-tuple that arrives to a full queue is shed at once instead of waiting or entering the
-overflow (site ``"arrival"``). A shedding task never holds a sender, so it never reports a
-backlog: shedding overrides the flow-control policy for the tasks it covers.
+dropping, for a source that cannot be slowed down (the at-most-once case of STORM-886,
+"Automatic Back Pressure": flow control without acking only moves the backlog upstream). The
+rule is CoDel's measure with a fixed target: a tuple whose sojourn time in the task's queue,
+taken as it leaves the queue, is past ``topology.shed.latency.target.ms`` is shed instead of
+executed (site ``"queue"``), and a tuple that arrives to a full queue is shed at once
+instead of waiting or entering the overflow (site ``"arrival"``). A shedding task never
+holds a sender, so it never reports a backlog: shedding overrides the flow-control policy
+for the tasks it covers.
 
 Only data tuples are shed: end-of-stream and drained markers, ticks, flushes and acking
 messages never are (the executor asks only for user streams). Pure: no Ray, no threads, no

@@ -1,6 +1,7 @@
 """Backpressure between workers: which tasks are backlogged, and how senders learn it.
 
-Storm 2.0's model (seeds/storm2-backpressure-model.txt §2; notes/storm2-internals.md §3):
+Storm 2.0's model (STORM-2306's design doc "Backpressure model for Storm 2.0", §2; Storm's
+``WorkerState.transferLocalBatch``, ``BackPressureTracker`` and ``WorkerTransfer``):
 
 * the **receiving** side knows a task is backlogged when an arrival from another worker
   finds its receive queue full and goes to the overflow queue. :class:`BackPressureTracker`

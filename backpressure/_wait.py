@@ -1,13 +1,14 @@
 """Wait strategies: how a thread idles between retries (Storm's ``IWaitStrategy``).
 
-Source: Storm 2.0 ``WaitStrategyProgressive`` / ``WaitStrategyPark`` (notes/storm2-internals.md
-§4). Python has no ``parkNanos``; a park of *µs* is ``time.sleep(µs / 1e6)``, whose real floor
-on Linux is the thread's timer slack (50 µs by default), as is ``parkNanos(1)``'s, so Storm's
-level-2 ``parkNanos(1)`` is ``time.sleep(1e-6)``: a real park. It was ``time.sleep(0)`` (a
-bare yield) before: py-spy on benchmarks/acking.py's pipeline showed idle executors
-spinning in it, taking cores from busy ones, and both the acking and the non-acking
-pipeline ran faster with a real park (figures in docs/benchmarks.md). All strategies are
-stateless apart from the caller's ``idle_count``, so one instance may be shared.
+Source: Storm 2.0 ``WaitStrategyProgressive`` / ``WaitStrategyPark`` (Storm docs,
+"Performance Tuning", wait strategies). Python has no ``parkNanos``; a park of *µs* is
+``time.sleep(µs / 1e6)``, whose real floor on Linux is the thread's timer slack (50 µs by
+default), as is ``parkNanos(1)``'s, so Storm's level-2 ``parkNanos(1)`` is
+``time.sleep(1e-6)``: a real park. It was ``time.sleep(0)`` (a bare yield) before: py-spy on
+benchmarks/acking.py's pipeline showed idle executors spinning in it, taking cores from busy
+ones, and both the acking and the non-acking pipeline ran faster with a real park (figures
+in docs/benchmarks.md). All strategies are stateless apart from the caller's ``idle_count``,
+so one instance may be shared.
 
 Waking early: an executor passes its *wakeup* event (set when input reaches its queue or
 one of its sends completes), and every park or sleep then ends as soon as it is set. Storm's

@@ -1,15 +1,14 @@
 """STORM-886's automatic backpressure: high and low watermarks, one topology-wide throttle.
 
-Storm 1.x (seeds/storm1-automatic-backpressure-storm-886.txt): each executor watches its
-receive queue; when it passes the high watermark (``backpressure.disruptor.high.watermark``,
-0.9 of the queue) the task raises its flag, and lowers it only once the queue is back below
-the low watermark (``…low.watermark``, 0.4). Storm kept the flags in ZooKeeper, whose
-watches pushed a change to every worker; every spout stops emitting while any task in the
-topology is flagged, whether or not it feeds that task (a bang-bang controller; Storm 1.x
-later switched it off by default after erratic on/off behaviour and stalls,
-STORM-1949/1956). Here the flag goes to a coordinator actor that pushes the throttle to
-every spout only when the topology-wide state changes (actors/_coordinator.py), so an idle
-topology sends nothing.
+Storm 1.x (STORM-886, "Automatic Back Pressure"): each executor watches its receive queue;
+when it passes the high watermark (``backpressure.disruptor.high.watermark``, 0.9 of the
+queue) the task raises its flag, and lowers it only once the queue is back below the low
+watermark (``…low.watermark``, 0.4). Storm kept the flags in ZooKeeper, whose watches pushed
+a change to every worker; every spout stops emitting while any task in the topology is
+flagged, whether or not it feeds that task (a bang-bang controller; Storm 1.x later switched
+it off by default after erratic on/off behaviour and stalls, STORM-1949/1956). Here the flag
+goes to a coordinator actor that pushes the throttle to every spout only when the
+topology-wide state changes (actors/_coordinator.py), so an idle topology sends nothing.
 
 :class:`WatermarkPolicy` is pure: the receiving side's hysteresis and the spout's
 throttle flag. Under it, as under every policy here, Storm 2.0's per-task status still

@@ -1,4 +1,5 @@
-"""Flink's producer/consumer backpressure experiment (seeds/flink-backpressure.txt), here.
+"""Flink's producer/consumer backpressure experiment, here (Flink blog, "How Apache Flink™
+handles backpressure", 2015).
 
 A paced producer spout runs at 60% of a nominal full speed ``--max-rate`` throughout; the
 consumer bolt runs at full speed, then 30%, full, 30%, full (``--phase-seconds`` each).

@@ -1,8 +1,8 @@
 """Halt-lag between two workers on one host: the time from a task becoming backlogged to
 its upstream senders in another worker holding their sends.
 
-Storm 2.0's design quotes 1-2 ms for two workers on one host
-(seeds/storm2-backpressure-model.txt §2); our target is p50 <= 3 ms.
+Storm 2.0's design quotes 1-2 ms for two workers on one host ("Backpressure model for
+Storm 2.0", STORM-2306's design doc, §2); our target is p50 <= 3 ms.
 
 Two status paths, run side by side in one run (alternating rounds on one Ray, so load on
 this shared host falls on both): ``direct`` (``topology.backpressure.status.direct``, the

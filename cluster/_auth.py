@@ -8,13 +8,13 @@ cluster turns authentication on (and writes a token if there is none); ``ray sta
 turns it on when a token exists; ``ray.init()`` finding a local cluster by itself
 (``address="auto"``) uses a token when one exists. A client given an explicit address
 (``ray.init(address=...)``, ``RAY_ADDRESS``) does not, so against a cluster with
-authentication on it retries ``InvalidAuthToken`` for about 20 s and then reports the
-cluster unreachable. :func:`use_available_token` does for an explicit address what Ray
-does for ``auto``; :func:`check_token` tells "no token" and "wrong token" apart from
-"unreachable" before ``ray.init`` starts retrying.
+authentication on it keeps retrying ``InvalidAuthToken`` and then reports the cluster
+unreachable. :func:`use_available_token` does for an explicit address what Ray does for
+``auto``; :func:`check_token` tells "no token" and "wrong token" apart from "unreachable"
+before ``ray.init`` starts retrying.
 
 We never set ``RAY_AUTH_MODE=disabled``. ``ray job submit`` sends the token only when
-``RAY_AUTH_MODE=token`` is set in its environment (measured: with the variable unset it gets
+``RAY_AUTH_MODE=token`` is set in its environment (with the variable unset it gets
 "Authentication required: Missing authentication token"); ``storm-on-ray submit`` sets it
 when a token exists.
 """
@@ -77,10 +77,10 @@ def use_available_token() -> bool:
 
 
 def _refresh_ray_config() -> None:
-    """Make an already imported Ray read ``RAY_AUTH_MODE`` again. Ray caches its config
-    when imported (measured: ``ray.init`` with an explicit address after ``import ray``
-    and then setting the variable still sent no token); Ray's own ``_enable_token_auth``
-    refreshes it the same way. No public API does this."""
+    """Make an already imported Ray read ``RAY_AUTH_MODE`` again. Ray caches its config when
+    imported (``ray.init`` with an explicit address after ``import ray`` and then setting
+    the variable still sent no token); Ray's own ``_enable_token_auth`` refreshes it the
+    same way. No public API does this."""
     import sys
 
     if "ray" not in sys.modules:

@@ -19,7 +19,7 @@ logger = logging.getLogger("storm_on_ray.cluster")
 
 def _check_auth(address: str) -> None:
     """Use the user's token for ``address`` and say at once if the cluster refuses it
-    (``ray.init`` would retry for about 20 s, then call the cluster unreachable)."""
+    (``ray.init`` would keep retrying, then call the cluster unreachable)."""
     use_available_token()
     if address != "auto" and "://" not in address and ":" in address:
         check_token(address)

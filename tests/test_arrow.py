@@ -1,4 +1,4 @@
-"""Arrow record batches as tuple values (issue 5): the wire carries them as Arrow IPC, and
+"""Arrow record batches as tuple values: the wire carries them as Arrow IPC, and
 DataFrameSpout(arrow_batches=True) feeds vectorised bolts one record batch per tuple."""
 
 from __future__ import annotations

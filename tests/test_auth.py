@@ -1,6 +1,6 @@
 """How a driver and the CLI find Ray's token and tell a refused token from an unreachable
-cluster (issue 23), without Ray: a small gRPC server stands in for a GCS with token
-authentication on. The real cluster is in tests/test_cli.py and tests/test_job_submit.py."""
+cluster, without Ray: a small gRPC server stands in for a GCS with token authentication on.
+The real cluster is in tests/test_cli.py and tests/test_job_submit.py."""
 
 from __future__ import annotations
 

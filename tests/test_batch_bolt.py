@@ -1,5 +1,5 @@
-"""BatchBolt (issue 5): ``execute_batch`` once per batch taken from the receive queue, with
-acking per input tuple (acked after the batch, failed when it raises)."""
+"""BatchBolt: ``execute_batch`` once per batch taken from the receive queue, with acking per
+input tuple (acked after the batch, failed when it raises)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Operator chaining (issue 23; Flink's chaining, ``topology.operator.chaining``): the plan's
-rule, and chained runs against unchained ones of the same topology: equal results, each
-chained component with its own stats and errors, acking and replays, ``finish()`` order,
-a restart of the chain's actor, and backpressure through the chain."""
+"""Operator chaining (Flink's chaining, ``topology.operator.chaining``): the plan's rule,
+and chained runs against unchained ones of the same topology: equal results, each chained
+component with its own stats and errors, acking and replays, ``finish()`` order, a restart
+of the chain's actor, and backpressure through the chain."""
 
 from __future__ import annotations
 

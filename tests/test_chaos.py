@@ -1,5 +1,5 @@
 """Actor failures: Ray restarts a killed executor or transfer actor, it rejoins, and with
-acking no msg_id is lost (issue 4, "Failures")."""
+acking no msg_id is lost."""
 
 from __future__ import annotations
 
@@ -64,8 +64,8 @@ def test_killed_bolt_is_restarted_and_the_stream_completes(cluster, workers, nam
 
 @pytest.mark.parametrize("in_spouts,policy", [
     (False, "storm2"), (True, "storm2"),
-    # every other flow-control policy once, with ackers (issue 21: the contract holds under
-    # each: nothing lost, no deadlock, across restarts)
+    # every other flow-control policy once, with ackers: the contract holds under each
+    # (nothing lost, no deadlock, across restarts)
     (False, "watermark"), (False, "nak"), (False, "debloat")],
     ids=["ackers", "in_spouts", "ackers-watermark", "ackers-nak", "ackers-debloat"])
 def test_chaos_kills_every_few_seconds_and_every_msg_id_is_acked(cluster, name, tmp_path,

@@ -1,7 +1,7 @@
-"""The ``storm-on-ray`` command against the test session's cluster (issue 6): list, stats,
+"""The ``storm-on-ray`` command against the test session's cluster: list, stats,
 deactivate / activate and kill of a topology submitted by this process; a clear exit code
-when no cluster is reachable. Against a cluster with Ray's token authentication on (issue
-23): the commands with the user's token, and a plain answer when the token is wrong or
+when no cluster is reachable. Against a cluster with Ray's token authentication on: the
+commands work with the user's token, and give a plain answer when the token is wrong or
 missing."""
 
 from __future__ import annotations

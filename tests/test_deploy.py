@@ -1,5 +1,5 @@
-"""The deployment files in cluster/deploy (issue 6): the cluster-launcher YAML passes Ray's
-own schema, and both it and the KubeRay manifest run the pinned Ray with Java 17 and this
+"""The deployment files in cluster/deploy: the cluster-launcher YAML passes Ray's own
+schema, and both it and the KubeRay manifest run the pinned Ray with Java 17 and this
 project's Spark extra, with worker nodes spread."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Detached topologies (issue 6): a topology submitted by a driver that then exits keeps
-running, survives an executor restart after its driver is gone, and is stopped with the
-CLI, which frees its actors, placement groups and stored copy."""
+"""Detached topologies: a topology submitted by a driver that then exits keeps running,
+survives an executor restart after its driver is gone, and is stopped with the CLI, which
+frees its actors, placement groups and stored copy."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Topologies that run until stopped (issue 20, part 2), without Spark: ``drain()`` ends
-the spouts' streams and fires the windows, ``wait(timeout)`` leaves a live topology
-running, ``kill(wait_secs)`` deactivates first."""
+"""Topologies that run until stopped, without Spark: ``drain()`` ends the spouts' streams
+and fires the windows, ``wait(timeout)`` leaves a live topology running, ``kill(wait_secs)``
+deactivates first."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.spark, pytest.mark.ray, pytest.mark.e2e]
 
 
-#: Lines the main job printed that were not its own (issue 23): Ray's error at every
+#: Lines the main job printed that were not its own: Ray's error at every
 #: submit about executors' constructor arguments in the driver's object store, Ray's
 #: deprecation warnings from every executor and from ray.data.from_spark, Log4j's failed
 #: reconfiguration in Spark's driver, Spark's console progress bars, pyspark's notice about

@@ -1,7 +1,7 @@
 """JCQueue, batch inserters and wait strategies, without Ray.
 
-Ports the scenarios of Storm's JCQueueTest and JCQueueBackpressureTest
-(notes/storm2-internals.md §6).
+Ports the scenarios of Storm's JCQueueTest and JCQueueBackpressureTest (storm-client's
+``org.apache.storm.utils`` tests).
 """
 
 from __future__ import annotations

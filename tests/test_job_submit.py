@@ -1,7 +1,7 @@
-"""``ray job submit`` for real (issue 6): a Ray head on loopback with its own ports and temp
-dir and Ray's token authentication on (issue 23), the word-count example submitted with the
-``ray job submit`` CLI from the project root with the user's token, the job's status read
-back through ``JobSubmissionClient``, the head stopped."""
+"""``ray job submit`` for real: a Ray head on loopback with its own ports and temp dir and
+Ray's token authentication on, the word-count example submitted with the ``ray job submit``
+CLI from the project root with the user's token, the job's status read back through
+``JobSubmissionClient``, the head stopped."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def _job_submit(address: str, env: dict, *entrypoint: str, wait: bool = True):
 
 
 #: What Ray printed at every submit while executors took the topology as a constructor
-#: argument in the driver's object store (issue 23).
+#: argument in the driver's object store (the test asserts it is gone).
 OBJECT_STORE_ARGS = "constructor arguments in the object store"
 
 

@@ -1,6 +1,6 @@
-"""Metrics (issue 5): Flink's busy / idle / backpressured time, the backpressure level and
-its cause, Storm's capacity and execute latency, the stall detector, and their export
-through ray.util.metrics, read back from Ray's Prometheus endpoint."""
+"""Metrics: Flink's busy / idle / backpressured time, the backpressure level and its cause,
+Storm's capacity and execute latency, the stall detector, and their export through
+ray.util.metrics, read back from Ray's Prometheus endpoint."""
 
 from __future__ import annotations
 

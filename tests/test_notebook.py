@@ -1,5 +1,5 @@
-"""The example notebook runs top to bottom (issue 6), in a real Jupyter kernel (nbclient),
-against the test session's Ray cluster (the kernel joins it through RAY_ADDRESS)."""
+"""The example notebook runs top to bottom, in a real Jupyter kernel (nbclient), against the
+test session's Ray cluster (the kernel joins it through RAY_ADDRESS)."""
 
 from __future__ import annotations
 

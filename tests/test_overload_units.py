@@ -1,4 +1,4 @@
-"""Byte-bounded queues, sojourn times and load shedding, without Ray (issue: overload)."""
+"""Byte-bounded queues, sojourn times and load shedding, without Ray."""
 
 from __future__ import annotations
 

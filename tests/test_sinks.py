@@ -1,5 +1,4 @@
-"""DatasetSink (issue 6): a topology's output as Arrow tables, a Ray Dataset, a Spark
-DataFrame."""
+"""DatasetSink: a topology's output as Arrow tables, a Ray Dataset, a Spark DataFrame."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""StreamingDataFrameSpout (issue 20): a Spark Structured Streaming query as a live spout,
-on the ``rate-micro-batch`` source (rows per micro-batch fixed by ``rowsPerBatch``; value
-v is row v of the stream, so batch b holds values ``[b * n, (b + 1) * n)``)."""
+"""StreamingDataFrameSpout: a Spark Structured Streaming query as a live spout, on the
+``rate-micro-batch`` source (rows per micro-batch fixed by ``rowsPerBatch``; value v is row
+v of the stream, so batch b holds values ``[b * n, (b + 1) * n)``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The pure parts of the live Spark source (issue 20), without Ray or Spark: the
-hand-off's decisions, which sources bound rows per micro-batch, the windowed bolt's
-ack-on-entry rule and the plan that switches it on, the kill command's options."""
+"""The pure parts of the live Spark source, without Ray or Spark: the hand-off's decisions,
+which sources bound rows per micro-batch, the windowed bolt's ack-on-entry rule and the plan
+that switches it on, the kill command's options."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Windowed bolts on Ray (issue 19): windows equal a plain-Python computation of the same
-windows, tuples are acked as they leave their windows, a failing ``execute(window)`` fails
-its new tuples (replayed), late tuples go to the late stream, and bad windows fail at
-build time naming the component and the setting."""
+"""Windowed bolts on Ray: windows equal a plain-Python computation of the same windows,
+tuples are acked as they leave their windows, a failing ``execute(window)`` fails its new
+tuples (replayed), late tuples go to the late stream, and bad windows fail at build time
+naming the component and the setting."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def test_replays_after_the_end_of_stream_fire_without_waiting_for_a_count(cluste
     raises, so its tuples fail and replay after every upstream task has ended. The replays
     fire at the end of the bolt's pass over its queue, not when a count that will never come
     is reached: the topology completes with every row counted once (before, the replays
-    waited, timed out and replayed until the wait gave up, as in one CI run)."""
+    waited, timed out and replayed until the wait gave up)."""
     rows = _rows(30, seed=11)
     b = TopologyBuilder()
     b.set_spout("rows", IterableSpout(rows, ("ts", "word"), msg_ids=True))

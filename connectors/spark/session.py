@@ -1,4 +1,6 @@
-"""Spark on Ray (RayDP) with the JVM flags Java 17 needs (notes/raydp-java17.md)."""
+"""Spark on Ray (RayDP) with the JVM flags Java 17 needs: ``--add-opens`` for the packages
+RayDP's JVMs reach into (JEP 403, "Strongly Encapsulate JDK Internals"; the list extends the
+one Spark's launcher passes, Spark's ``JavaModuleOptions``)."""
 
 from __future__ import annotations
 
@@ -76,9 +78,9 @@ def start_spark(app_name: str = "storm-on-ray", num_executors: int = 1,
                 configs: dict[str, str] | None = None, quiet: bool = True, **kwargs: Any):
     """Start a Spark session on Ray through RayDP, with the Java 17 flags; returns it.
 
-    Ray must be initialised (``LocalCluster()`` does that). Slow (it starts Spark's JVMs,
-    about 10 s here), so start one and keep it: one Spark session per process is a RayDP
-    rule; :func:`stop_spark` ends it.
+    Ray must be initialised (``LocalCluster()`` does that). Slow (it starts Spark's JVMs),
+    so start one and keep it: one Spark session per process is a RayDP rule;
+    :func:`stop_spark` ends it.
 
     Args:
         app_name, num_executors, executor_cores, executor_memory: RayDP's ``init_spark``.

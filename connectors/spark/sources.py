@@ -1,11 +1,13 @@
 """Which Spark streaming sources bound the rows of one micro-batch (pure; no Spark here).
 
-A held ``foreachBatch`` holds Spark's trigger, but a source whose rows follow wall time
-(the ``rate`` source) or whose backlog is read whole (a file source without
+A held ``foreachBatch`` holds Spark's trigger, but a source whose rows follow wall time (the
+``rate`` source) or whose backlog is read whole (a file source without
 ``maxFilesPerTrigger``, Kafka without ``maxOffsetsPerTrigger``) sends everything that came
-meanwhile in the next micro-batch (shared/notes/spark-streaming-raydp.md). Backpressure
-reaches such a source only in micro-batches, not in rows, so the hand-off's memory would
-follow the hold. :func:`source_problems` says which sources of a query do that.
+meanwhile in the next micro-batch (Spark's "Structured Streaming Programming Guide", input
+sources; the Kafka source's ``maxOffsetsPerTrigger`` is in Spark's "Structured Streaming +
+Kafka Integration Guide"). Backpressure reaches such a source only in micro-batches, not in
+rows, so the hand-off's memory would follow the hold. :func:`source_problems` says which
+sources of a query do that.
 """
 
 from __future__ import annotations
