@@ -26,6 +26,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: seconds a stopping RayHead gets to shut down before its process group is killed
+STOP_GRACE_S = 5
+
+
 class RayHead:
     """A second Ray cluster (head only) on loopback, started with ``ray start --head`` and
     Ray's default token authentication: ``RAY_AUTH_MODE`` unset and a token available, so
@@ -110,9 +114,17 @@ class RayHead:
         import signal
         import subprocess
 
+        # Ray's own shutdown of a head (SIGTERM to ``ray start --block``) can take a
+        # minute; what it leaves after a short grace is killed with the process group
+        # (``start_new_session``: only this head's processes are in it)
         os.killpg(self.proc.pid, signal.SIGTERM)
         try:
-            self.proc.wait(60)
+            self.proc.wait(STOP_GRACE_S)
         except subprocess.TimeoutExpired:
+            pass
+        try:
             os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
         shutil.rmtree(self.temp, ignore_errors=True)

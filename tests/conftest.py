@@ -38,13 +38,11 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 def cluster():
     """A ``LocalCluster`` of 3 Ray nodes on this machine (2 CPUs each), shared by every Ray
     test; topologies pack on the driver's node unless they ask to spread."""
-    import benchmarks._pipeline
     import ray.cloudpickle
 
     from cluster import LocalCluster
 
     ray.cloudpickle.register_pickle_by_value(components)
-    ray.cloudpickle.register_pickle_by_value(benchmarks._pipeline)  # (shared components)
     c = LocalCluster(nodes=3, num_cpus=2)
     yield c
     c.shutdown()
@@ -82,6 +80,12 @@ class Workers:
 #: session's three nodes (that path between Ray nodes; one acker per worker by default)
 WORKER_LAYOUTS = {"1worker": Workers(1), "2workers": Workers(2),
                   "3workers-spread": Workers(3, "spread")}
+
+
+#: the layouts on this node only: for a scenario whose cross-node form adds nothing the
+#: cross-node tests (test_runtime's groupings and order, test_workers) do not prove
+#: already. Use ``@pytest.mark.parametrize("workers", SAME_NODE_LAYOUTS, indirect=True)``.
+SAME_NODE_LAYOUTS = ["1worker", "2workers"]
 
 
 @pytest.fixture(params=list(WORKER_LAYOUTS))

@@ -22,6 +22,7 @@ from tests.components import (
     TickSpout,
     TimedSpout,
 )
+from tests.conftest import SAME_NODE_LAYOUTS
 from topology import ACKER_ID, CollectorBolt, IterableSpout, TopologyBuilder
 
 pytestmark = pytest.mark.ray
@@ -171,6 +172,7 @@ def test_max_spout_pending_caps_tuples_in_flight(cluster, name, acking):
 
 
 @ACKING
+@pytest.mark.parametrize("workers", SAME_NODE_LAYOUTS, indirect=True)
 def test_failed_tuples_replay_until_acked(cluster, workers, name, acking):
     """Execute raising fails the tuple; the iterable spout emits it again; every item
     reaches the sink (at least once) and every msg_id is acked exactly once. With 3

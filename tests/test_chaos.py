@@ -33,6 +33,11 @@ def _sigkill(actor) -> int:
     return pid
 
 
+#: one kill of each kind: a spout, a bolt and a sink task, an acker (or the other spout
+#: task when the spouts ack), a transfer actor
+FIRST_KILLS = 5
+
+
 def test_killed_bolt_is_restarted_and_the_stream_completes(cluster, workers, name):
     """Without acking the tuples the dead instance held are lost, but the restarted
     instance rejoins: the rest of the stream reaches it and the topology completes. With
@@ -62,29 +67,33 @@ def test_killed_bolt_is_restarted_and_the_stream_completes(cluster, workers, nam
         cluster.kill_topology(name)
 
 
-@pytest.mark.parametrize("in_spouts,policy", [
-    (False, "storm2"), (True, "storm2"),
-    # every other flow-control policy once, with ackers: the contract holds under each
-    # (nothing lost, no deadlock, across restarts)
-    (False, "watermark"), (False, "nak"), (False, "debloat")],
+@pytest.mark.parametrize("in_spouts,policy,wanted,n", [
+    (False, "storm2", 8, 100_000),
+    # the other forms kill one actor of each kind (FIRST_KILLS), on a shorter stream:
+    # acking in the spouts, and every other flow-control policy with ackers (nothing lost,
+    # no deadlock, across restarts under each)
+    (True, "storm2", FIRST_KILLS, 40_000), (False, "watermark", FIRST_KILLS, 40_000),
+    (False, "nak", FIRST_KILLS, 40_000), (False, "debloat", FIRST_KILLS, 40_000)],
     ids=["ackers", "in_spouts", "ackers-watermark", "ackers-nak", "ackers-debloat"])
 def test_chaos_kills_every_few_seconds_and_every_msg_id_is_acked(cluster, name, tmp_path,
-                                                                 in_spouts, policy):
-    """Kill an executor or transfer actor (SIGKILL) at each ninth of a 100k-tuple acked run
-    over two workers, at least 2 s apart: one of each kind, then at random. Every msg_id
-    must end up acked (the spout's durable ledger), and the idempotent sink's per-key
-    counts must equal the expected ones. With ``topology.acker.in.spouts`` there is no
-    acker to kill: the other spout task is killed in its place (its trees die with it).
-    The spouts emit only below a gate the test raises one ninth ahead of each kill, so a
-    fast run cannot end before its eight kills (100k tuples once took ~15 s here)."""
-    n, keys = 100_000, 10
+                                                                 in_spouts, policy, wanted,
+                                                                 n):
+    """Kill an executor or transfer actor (SIGKILL) ``wanted`` times, at each
+    ``1 / (wanted + 1)`` of an ``n``-tuple acked run over two workers, at least 2 s apart:
+    one of each kind, then at random. Every msg_id must end up acked (the spout's durable
+    ledger), and the idempotent sink's per-key counts must equal the expected ones. With
+    ``topology.acker.in.spouts`` there is no acker to kill: the other spout task is killed
+    in its place (its trees die with it). The spouts emit only below a gate the test
+    raises one step ahead of each kill, so a fast run cannot end before its kills."""
+    keys = 10
+    step = wanted + 1
     gate = tmp_path / "gate"
 
     def open_gate(upto: int) -> None:
         (tmp_path / "gate.tmp").write_text(f"{min(n, upto)}\n")
         os.replace(tmp_path / "gate.tmp", gate)
 
-    open_gate(n * 2 // 9)
+    open_gate(n * 2 // step)
     b = TopologyBuilder()
     b.set_spout("src", LedgerSpout(n, str(tmp_path), keys, gated=True), parallelism_hint=2)
     b.set_bolt("mid", PassBolt(), parallelism_hint=2).shuffle_grouping("src")
@@ -104,25 +113,25 @@ def test_chaos_kills_every_few_seconds_and_every_msg_id_is_acked(cluster, name, 
     plan = [(f"task-{t}", handle.actors[t]) for t in first] + [("worker-1", handle.transfers[1])]
     kills: list[str] = []
     try:
-        # a kill at each ninth of the msg_ids acked (so a fast run cannot outpace them),
+        # a kill at each step of the msg_ids acked (so a fast run cannot outpace them),
         # at least 2 s apart
         deadline = time.monotonic() + 420  # (below pytest-timeout: the summary shows)
         last_kill = 0.0
         while not handle.wait(0.25):
             assert time.monotonic() < deadline, handle.stats().summary()
             acked = sum(len(_read_lines(tmp_path / f"acked-{k}.log")) for k in range(2))
-            due = len(kills) < 8 and acked >= n * (len(kills) + 1) / 9
+            due = len(kills) < wanted and acked >= n * (len(kills) + 1) / step
             if due and time.monotonic() - last_kill >= 2.0:
                 key, actor = plan[len(kills)] if len(kills) < len(plan) else rng.choice(victims)
                 if _sigkill(actor) is not None:  # None: still restarting from a kill
                     kills.append(key)
                     last_kill = time.monotonic()
-                    open_gate(n if len(kills) == 8 else n * (len(kills) + 2) // 9)
+                    open_gate(n if len(kills) == wanted else n * (len(kills) + 2) // step)
         restarts = handle.restarts()
         s = handle.stats()
     finally:
         cluster.kill_topology(name)
-    assert len(kills) == 8, kills
+    assert len(kills) == wanted, kills
     for key, count in collections.Counter(kills).items():
         assert restarts[key] == count, (key, restarts)
     acked = set()

@@ -19,10 +19,11 @@ RAY = str(Path(sys.executable).with_name("ray"))
 pytestmark = [pytest.mark.ray, pytest.mark.e2e]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_head():
     """A second Ray cluster (head only) on this machine with Ray's default token
-    authentication on (``tests._util.RayHead``); yields it."""
+    authentication on (``tests._util.RayHead``), shared by this module's tests (each
+    names its own job); yields it."""
     head = RayHead()
     try:
         head.wait_ready()
@@ -66,7 +67,7 @@ def test_ray_job_submit_runs_the_wordcount_example(ray_head):
     assert "CHECK PASSED: 27 words, 16,000 counted, 2,500 sentences acked" in out, out[-4000:]
     assert OBJECT_STORE_ARGS not in out, out[-4000:]
     client = ray_head.client()
-    (job,) = [j for j in client.list_jobs() if j.entrypoint.startswith("python examples/")]
+    (job,) = [j for j in client.list_jobs() if j.entrypoint.endswith("--repeat 500")]
     assert client.get_job_status(job.submission_id) == JobStatus.SUCCEEDED
     assert "CHECK PASSED" in client.get_job_logs(job.submission_id)
 
@@ -92,10 +93,10 @@ def test_a_submitted_job_is_watched_and_killed_with_the_cli(ray_head):
 
     env, gcs = ray_head.env, ray_head.gcs
     proc, out = _job_submit(ray_head.dashboard, env, "examples/wordcount.py", "--repeat",
-                            "1000000", wait=False)
+                            "100000", wait=False)
     assert proc.returncode == 0, out[-4000:]
     client = ray_head.client()
-    (job,) = [j for j in client.list_jobs() if "wordcount.py" in j.entrypoint]
+    (job,) = [j for j in client.list_jobs() if j.entrypoint.endswith("--repeat 100000")]
     cli = str(Path(sys.executable).with_name("storm-on-ray"))
     components = {"sentences", "split", "count", "totals"}
     seen = ""

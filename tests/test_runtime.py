@@ -23,6 +23,7 @@ from tests.components import (
     SeqSpout,
     WrongArityBolt,
 )
+from tests.conftest import SAME_NODE_LAYOUTS
 from topology import CollectorBolt, ConfigError, IterableSpout, TopologyBuilder, TopologyError
 
 pytestmark = pytest.mark.ray
@@ -80,6 +81,7 @@ def test_shuffle_fields_all_global(cluster, workers, name):
     assert len(got["one"]) == 4000
 
 
+@pytest.mark.parametrize("workers", SAME_NODE_LAYOUTS, indirect=True)
 def test_direct_grouping(cluster, workers, name):
     b = TopologyBuilder()
     b.set_spout("src", SeqSpout(300))
@@ -110,6 +112,7 @@ def test_per_upstream_order_and_exact_counts(cluster, workers, name):
     assert stats.total("mid", "executed") == 60_000
 
 
+@pytest.mark.parametrize("workers", SAME_NODE_LAYOUTS, indirect=True)
 def test_end_of_stream_runs_finish_and_completes(cluster, workers, name):
     b = TopologyBuilder()
     b.set_spout("src", IterableSpout([(i, f"k{i % 7}") for i in range(700)],
@@ -121,6 +124,7 @@ def test_end_of_stream_runs_finish_and_completes(cluster, workers, name):
     assert sorted(v for *_, v in got["totals"]) == [[f"k{i}", 100] for i in range(7)]
 
 
+@pytest.mark.parametrize("workers", SAME_NODE_LAYOUTS, indirect=True)
 def test_slow_bolt_throttles_spout_with_bounded_queues(cluster, workers, name):
     """A bolt 1 ms/tuple behind a fast spout: queues stay within capacity, the spout waits
     on backpressure, and not one tuple is lost."""
@@ -228,6 +232,7 @@ def test_malformed_frames_counted_and_dropped(cluster, name):
         cluster.kill_topology(name)
 
 
+@pytest.mark.parametrize("workers", SAME_NODE_LAYOUTS, indirect=True)
 def test_kill_stops_a_running_topology(cluster, workers, name):
     b = TopologyBuilder()
     b.set_spout("src", SeqSpout(10**9))
@@ -240,6 +245,7 @@ def test_kill_stops_a_running_topology(cluster, workers, name):
         handle.stats(timeout=10)
 
 
+@pytest.mark.parametrize("workers", SAME_NODE_LAYOUTS, indirect=True)
 def test_stats_answer_while_data_is_blocked(cluster, workers, name):
     """Control calls use their own concurrency group: stats() answers while the data
     threads are held, the slow bolt's in a 50 ms ``execute`` and the spout's with an emit
