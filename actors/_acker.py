@@ -8,6 +8,12 @@ from collections.abc import Iterable
 from actors._acking import (
     _MALFORMED,
     _NO_CALLS,
+    UserCalls,
+    _fail_pairs,
+    _Ledger,
+    implicit_init_spout,
+)
+from actors._streams import (
     ACK_ACK,
     ACK_FAIL,
     ACK_INIT,
@@ -15,10 +21,6 @@ from actors._acking import (
     ACKER_ACKED,
     ACKER_FAILED,
     ACKER_RESET,
-    UserCalls,
-    _fail_pairs,
-    _Ledger,
-    implicit_init_spout,
 )
 
 

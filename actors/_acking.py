@@ -37,8 +37,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-# the system streams, re-exported: the acking ones are this module's vocabulary
-from actors._streams import (  # noqa: E402
+from actors._streams import (
     ACK_ACK,
     ACK_FAIL,
     ACK_INIT,

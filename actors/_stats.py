@@ -64,7 +64,7 @@ class TaskStats:
 
     Where: ``component``, ``task``, ``worker`` (index), ``state`` (``running``,
     ``ending``, ``done``, ``killed`` or ``failed``), ``active`` (a spout's
-    activate/deactivate), ``restarted`` (Ray restarted the actor; alias ``reconstructed``),
+    activate/deactivate), ``restarted`` (Ray restarted the actor),
     ``uptime_s``, ``progress`` (a spout's ``Spout.progress()``: source items taken; None for
     bolts and spouts that do not count).
 
@@ -83,7 +83,7 @@ class TaskStats:
 
     Receive queue (Storm 2.0's JCQueue): ``queue_population`` / ``queue_capacity``
     (tuples now / bound), ``queue_pct_full`` (0..1), ``overflow`` (tuples in the overflow
-    now; alias ``queue_overflow``), ``queue_arrival_rate_secs`` (tuples/s),
+    now), ``queue_arrival_rate_secs`` (tuples/s),
     ``queue_sojourn_time_ms``, ``insert_failures`` (inserts that found it full),
     ``dropped_messages`` (dropped at ``topology.executor.overflow.limit``),
     ``overflowed_total`` (tuples ever put in the overflow); ``queue`` is the same as a dict.
@@ -212,15 +212,6 @@ class TaskStats:
     backpressure_cause: int | None = None
     stalled_seconds: float = 0.0
     stalled: bool = False
-
-    # today's other names for the same fields
-    @property
-    def reconstructed(self) -> bool:
-        return self.restarted
-
-    @property
-    def queue_overflow(self) -> int:
-        return self.overflow
 
     @property
     def raw(self) -> dict[str, Any]:

@@ -188,7 +188,7 @@ def test_in_one_process_the_reason_reaches_the_spout_and_its_dead_letter_the_sin
     reach ``IterableSpout.fail`` as ``collector.fail_reason``; the second is its last, so
     its dead letter goes to the ``__dead_letters`` task, is counted, and the spout ends."""
     from actors import ExecutorCore, make_executor
-    from actors._acking import ACKER_FAILED
+    from actors._streams import ACKER_FAILED
 
     b = TopologyBuilder()
     b.set_spout("src", IterableSpout([(7,)], fields=("v",), msg_ids=True))

@@ -111,7 +111,7 @@ def test_bolt_ends_after_all_upstream_markers_and_calls_finish_once():
 def test_a_fail_that_empties_pending_is_replayed_before_the_stream_ends():
     """The spout has emitted everything and waits for its last tree; that tree fails. The
     item must be emitted again, not the stream ended with it lost."""
-    from actors._acking import ACKER_FAILED
+    from actors._streams import ACKER_FAILED
     from topology import IterableSpout
 
     b = TopologyBuilder()
@@ -141,7 +141,7 @@ def test_acker_takes_batched_acking_messages_and_answers_in_one_message():
     """Acking messages carry many roots (ACK_INIT/ACK_ACK: root, xor pairs; the spout task
     is the sender); completed trees go back to the spout as one ACKER_ACKED message, and
     malformed acking values are counted as bad, never raised."""
-    from actors._acking import ACK_ACK, ACK_FAIL, ACK_INIT, ACKER_ACKED, ACKER_FAILED
+    from actors._streams import ACK_ACK, ACK_FAIL, ACK_INIT, ACKER_ACKED, ACKER_FAILED
 
     topo = _topo().with_ackers(1)
     acker_task = topo.acker_tasks[0]
@@ -324,7 +324,7 @@ def test_every_tree_completes_through_one_acker_or_several(ackers):
 
 
 def test_spout_takes_acks_counting_unknown_roots_and_going_on_after_a_raising_ack():
-    from actors._acking import ACKER_ACKED
+    from actors._streams import ACKER_ACKED
 
     class _Raising(_IdSpout):
         def ack(self, msg_id):
@@ -441,7 +441,7 @@ def test_a_bolt_ack_rides_on_its_child_while_the_child_waits_in_its_batch(in_spo
     """Ack piggybacking: the pass bolt's ack value (edge_in ^ edge_child) XORs into its
     child's edge, so it sends no ack message, and the sink's ack of the child alone
     completes the tree (the XOR total is what the two messages would have given)."""
-    from actors._acking import ACK_ACK
+    from actors._streams import ACK_ACK
 
     core, topo, sent, el = _pass_core(batch_size=16, in_spouts=in_spouts)
     root, e_in = 1234567, 987654321
@@ -476,7 +476,7 @@ def test_a_bolt_ack_leaves_as_a_message_once_its_child_has_left_or_has_two_roots
     """No piggybacking when the child already left (here the bolt flushes its batches
     between emit and ack) or when the input has several roots: the ack value goes to the
     acker as Storm sends it."""
-    from actors._acking import ACK_ACK
+    from actors._streams import ACK_ACK
 
     core, topo, sent, el = _pass_core(batch_size=16)
     execute = core.obj.execute
@@ -506,7 +506,8 @@ def test_a_spout_emit_to_one_task_sends_no_ack_init_and_its_root_names_the_spout
     """Implicit init: with acker executors, an emit to one task sends no ACK_INIT; the
     child's edge id is 0 and the root carries IMPLICIT_INIT and the spout's index. An emit
     to two tasks (an all grouping) still sends Storm's init."""
-    from actors._acking import ACK_INIT, IMPLICIT_INIT, implicit_init_spout
+    from actors._acking import IMPLICIT_INIT, implicit_init_spout
+    from actors._streams import ACK_INIT
 
     b = TopologyBuilder()
     b.set_spout("one", _IdSpout(0))
@@ -543,7 +544,8 @@ def test_a_bolt_completes_a_one_ack_tree_itself_and_leaves_the_rest_to_the_acker
     the implicit bit, and malformed roots (negative; naming spout index 5 of one spout) go
     to the acker as Storm sends them (it counts the malformed as bad). With the spouts as
     their own ackers the bolt sends every ack to the spout as before."""
-    from actors._acking import ACK_ACK, ACKER_ACKED, IMPLICIT_INIT
+    from actors._acking import IMPLICIT_INIT
+    from actors._streams import ACK_ACK, ACKER_ACKED
 
     core, topo, sent, el = _pass_core(16, in_spouts, name="sink")
     whole = IMPLICIT_INIT | 101  # spout index 0: the only spout

@@ -12,14 +12,7 @@ import pytest
 
 from actors._acker import AckerLedger
 from actors._acking import (
-    ACK_ACK,
     ACK_BATCH_VALUES,
-    ACK_FAIL,
-    ACK_INIT,
-    ACK_RESET,
-    ACKER_ACKED,
-    ACKER_FAILED,
-    ACKER_RESET,
     EMITTED_AT,
     IMPLICIT_INIT,
     MAX_REASON_CHARS,
@@ -31,7 +24,16 @@ from actors._acking import (
     UserCalls,
     implicit_init_spout,
 )
-from actors._streams import SystemStream
+from actors._streams import (
+    ACK_ACK,
+    ACK_FAIL,
+    ACK_INIT,
+    ACK_RESET,
+    ACKER_ACKED,
+    ACKER_FAILED,
+    ACKER_RESET,
+    SystemStream,
+)
 
 SPOUT, BOLT, ACKER = 1, 2, 9  # task ids
 
