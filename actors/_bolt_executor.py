@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+from actors._acker import AckerLedger
+from actors._acking import BoltLedger
 from actors._collectors import BoltCollector
 from actors._executor import ExecutorCore
 from actors._streams import EOS_STREAM, FLUSH, TICK_STREAM
@@ -16,6 +18,7 @@ from topology import (
     TICK_FIELDS,
     BatchBolt,
     BoundedMultiInput,
+    StormTopology,
     Tuple,
     WindowedBolt,
 )
@@ -57,6 +60,31 @@ class BoltExecutor(ExecutorCore):
         #: upstream tasks drained or ended; DRAINED passed on once all inputs are
         self.upstream_drained: set[int] = set()
         self._drained_sent = False
+
+    _OPEN_CALL, _CLOSE_CALL = "prepare", "cleanup"
+
+    def _make_ledger(self, topology: StormTopology, c: dict):
+        ackers, spouts = topology.acker_tasks, topology.spout_tasks
+        if self.is_acker:
+            return AckerLedger(ackers, spouts, float(c["topology.message.timeout.secs"]))
+        if not ackers:
+            return None
+        return BoltLedger(ackers, spouts, topology.ackers_in_spouts, self._random_bits())
+
+    def _open_component(self) -> None:
+        self.obj.prepare(self.conf, self.context, self.collector)
+
+    def _close_component(self) -> None:
+        self.obj.cleanup()
+
+    @property
+    def acked(self) -> int:
+        """Bolt: tuples acked; acker: trees completed."""
+        return self.ledger.acked if self.is_acker else self._acked + self.collector.acked
+
+    @property
+    def failed(self) -> int:
+        return self.ledger.failed if self.is_acker else self._failed + self.collector.failed
 
     def _component_object(self, obj):
         """A :class:`WindowedBolt` runs inside a :class:`WindowedBoltExecutor` (Storm's)."""

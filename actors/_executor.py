@@ -32,8 +32,7 @@ import random
 import threading
 import time
 
-from actors._acker import AckerLedger
-from actors._acking import BoltLedger, SpoutLedger, UserCalls
+from actors._acking import UserCalls
 from actors._chain import ChainInserter
 from actors._errors import ErrorReporter, LogThrottle
 from actors._inbound import Inbound
@@ -195,15 +194,15 @@ class ExecutorCore:
             m.wakeup = self.wakeup
 
     def _make_ledger(self, topology: StormTopology, c: dict):
-        ackers, spouts = topology.acker_tasks, topology.spout_tasks
-        timeout_s = float(c["topology.message.timeout.secs"])
-        rand = random.Random(int.from_bytes(os.urandom(8), "little")).getrandbits
-        if self.is_spout:
-            return SpoutLedger(self.task_id, ackers, spouts, topology.ackers_in_spouts,
-                               timeout_s, rand)
-        if self.is_acker:
-            return AckerLedger(ackers, spouts, timeout_s)
-        return BoltLedger(ackers, spouts, topology.ackers_in_spouts, rand) if ackers else None
+        """This task's acking ledger (``SpoutLedger``, ``BoltLedger``, ``AckerLedger``), or
+        None when it tracks nothing; each executor subclass makes its own."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _random_bits():
+        """A ``getrandbits`` seeded from the OS: edge ids and roots differ across tasks and
+        restarts."""
+        return random.Random(int.from_bytes(os.urandom(8), "little")).getrandbits
 
     def stream_name(self, s: int) -> str:
         """``"component:stream"`` of wire stream index ``s`` (for counts and logs)."""
@@ -218,15 +217,11 @@ class ExecutorCore:
     @property
     def acked(self) -> int:
         """Spout: msg ids acked; bolt: tuples acked; acker: trees completed."""
-        if self.is_acker:
-            return self.ledger.acked
-        return self._acked + getattr(self.collector, "acked", 0)
+        return self._acked
 
     @property
     def failed(self) -> int:
-        if self.is_acker:
-            return self.ledger.failed
-        return self._failed + getattr(self.collector, "failed", 0)
+        return self._failed
 
     @property
     def bad_frames(self) -> int:
@@ -476,13 +471,9 @@ class ExecutorCore:
         """``open``/``prepare`` (see :meth:`start`), without the thread."""
         self.state = "starting"
         try:
-            if self.is_spout:
-                self.obj.open(self.conf, self.context, self.collector)
-                self.obj.activate()  # Storm activates a spout when its topology starts
-            else:
-                self.obj.prepare(self.conf, self.context, self.collector)
+            self._open_component()
         except Exception as e:
-            self.errors.report(e, "open" if self.is_spout else "prepare")
+            self.errors.report(e, self._OPEN_CALL)
             self.state = "failed"
             raise
         self.started_at = time.time()
@@ -553,11 +544,22 @@ class ExecutorCore:
         if self._thread is not None:
             self._thread.join(timeout)
         try:
-            self.obj.close() if self.is_spout else self.obj.cleanup()
+            self._close_component()
         except Exception as e:
-            self.errors.report(e, "close" if self.is_spout else "cleanup")
+            self.errors.report(e, self._CLOSE_CALL)
         for m in self.chained:
             m.stop(timeout)
+
+    #: the user calls that open and close the component, as errors name them
+    _OPEN_CALL = _CLOSE_CALL = ""
+
+    def _open_component(self) -> None:
+        """Call the component's ``open`` (a spout) or ``prepare`` (a bolt)."""
+        raise NotImplementedError
+
+    def _close_component(self) -> None:
+        """Call the component's ``close`` (a spout) or ``cleanup`` (a bolt)."""
+        raise NotImplementedError
 
     def _component_object(self, obj):
         """The object this task runs for its component's ``obj`` (the topology's instance,

@@ -6,11 +6,11 @@ import logging
 import sys
 import time
 
-from actors._acking import UserCalls
+from actors._acking import SpoutLedger, UserCalls
 from actors._collectors import SpoutCollector
 from actors._executor import ExecutorCore
 from actors._streams import FLUSH
-from topology import Spout
+from topology import Spout, StormTopology
 
 logger = logging.getLogger("storm_on_ray.executor")
 
@@ -28,6 +28,20 @@ _ENDED = _Ended()
 
 class SpoutExecutor(ExecutorCore):
     """A spout task (see :class:`ExecutorCore` for the arguments)."""
+
+    _OPEN_CALL, _CLOSE_CALL = "open", "close"
+
+    def _make_ledger(self, topology: StormTopology, c: dict) -> SpoutLedger:
+        return SpoutLedger(self.task_id, topology.acker_tasks, topology.spout_tasks,
+                           topology.ackers_in_spouts,
+                           float(c["topology.message.timeout.secs"]), self._random_bits())
+
+    def _open_component(self) -> None:
+        self.obj.open(self.conf, self.context, self.collector)
+        self.obj.activate()  # Storm activates a spout when its topology starts
+
+    def _close_component(self) -> None:
+        self.obj.close()
 
     def _make_collector(self, routers: dict) -> SpoutCollector:
         self.max_spout_pending = self.conf["topology.max.spout.pending"]

@@ -1,11 +1,11 @@
 """Storm's ``WindowedBoltExecutor``: the bolt that runs a user's :class:`WindowedBolt`.
 
 A bolt task whose component is a windowed bolt runs it inside a
-:class:`WindowedBoltExecutor` (``BoltExecutor``), an ordinary bolt to the runtime: each input tuple goes into a ``WindowEngine``
-(actors/windowing/engine.py), tick tuples move its time (their period is the window's
-``WindowSpec.tick_interval_ms``, which the builder sets as the component's
-``topology.tick.tuple.freq.secs`` unless the user set a shorter one), and each window the engine fires goes to the user's
-``execute(window)``.
+:class:`WindowedBoltExecutor` (``BoltExecutor``), an ordinary bolt to the runtime: each
+input tuple goes into a ``WindowEngine`` (actors/windowing/engine.py), tick tuples move its
+time (their period is the window's ``WindowSpec.tick_interval_ms``, which the builder sets
+as the component's ``topology.tick.tuple.freq.secs`` unless the user set a shorter one),
+and each window the engine fires goes to the user's ``execute(window)``.
 
 Acking, as Storm's: the executor does not ack on ``execute`` (``auto_ack`` off); a tuple is
 acked once it leaves every window that holds it (the engine's ``Fire.done``), after the
