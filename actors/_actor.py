@@ -32,6 +32,7 @@ from actors._sink import ActorSink, _deliver
 from actors._stats import TaskStats
 from actors._store import StoredTopology, first_start
 from backpressure import BackPressureStatus
+from topology import CollectorBolt, DatasetSink, DeadLetterSink
 
 logger = logging.getLogger("storm_on_ray.actor")
 
@@ -441,14 +442,15 @@ class ExecutorActor:
     def collected(self, task: int | None = None) -> list:
         """What a ``CollectorBolt`` or ``DeadLetterSink`` task holds (its ``received``;
         ``[]`` for other components). ``task`` as in :meth:`stats`."""
-        return list(getattr(self._core(task).obj, "received", []))
+        obj = self._core(task).obj
+        return list(obj.received) if isinstance(obj, (CollectorBolt, DeadLetterSink)) else []
 
     @ray.method(concurrency_group="control")
     def sink_table(self, task: int | None = None):
         """A ``DatasetSink`` task's rows as one ``pyarrow.Table`` (None if this task's
         component is not a DatasetSink or nothing arrived). ``task`` as in :meth:`stats`."""
-        f = getattr(self._core(task).obj, "arrow_table", None)
-        return f() if callable(f) else None
+        obj = self._core(task).obj
+        return obj.arrow_table() if isinstance(obj, DatasetSink) else None
 
     @ray.method(concurrency_group="control")
     def task_state(self, attr: str, task: int | None = None):
