@@ -5,6 +5,9 @@ totals, with acking on; the job checks its totals against ``collections.Counter`
     ray job submit --address http://127.0.0.1:8265 --working-dir . -- \\
         python examples/wordcount.py
 
+With ``--forever`` the sentences never end (an unbounded stream, no acking): the job runs
+until the topology is killed (``storm-on-ray kill wordcount``), then exits 0.
+
 Runs on the Ray cluster in RAY_ADDRESS (as ``ray job submit`` sets it), or an embedded one.
 Exits 0 only if the check passes.
 """
@@ -13,8 +16,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 
-from cluster import LocalCluster
+from cluster import LocalCluster, TopologyFailed
 from topology import Bolt, CollectorBolt, IterableSpout, TopologyBuilder
 
 SENTENCES = [
@@ -54,16 +58,46 @@ class WordCount(Bolt):
             self.emit((word, n))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=2000)
-    args = ap.parse_args()
-    sentences = SENTENCES * args.repeat
+def endless_sentences():
+    """The sentences, over and over (``--forever``)."""
+    return itertools.cycle(SENTENCES)
+
+
+def build(spout: IterableSpout) -> TopologyBuilder:
     b = TopologyBuilder()
-    b.set_spout("sentences", IterableSpout(sentences, fields=("sentence",), msg_ids=True))
+    b.set_spout("sentences", spout)
     b.set_bolt("split", SplitSentence(), parallelism_hint=2).shuffle_grouping("sentences")
     b.set_bolt("count", WordCount(), parallelism_hint=2).fields_grouping("split", ["word"])
     b.set_bolt("totals", CollectorBolt()).global_grouping("count")
+    return b
+
+
+def forever() -> int:
+    """Run the word count on an endless stream until the topology is killed."""
+    b = build(IterableSpout(factory=endless_sentences, fields=("sentence",)))
+    with LocalCluster() as cluster:
+        handle = cluster.submit_topology("wordcount", {"topology.acker.executors": 0},
+                                         b.create_topology())
+        print("wordcount runs until killed: storm-on-ray kill wordcount", flush=True)
+        try:
+            handle.wait()
+        except TopologyFailed:
+            pass
+        cluster.topologies.pop("wordcount", None)
+    print("wordcount was killed")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=2000)
+    ap.add_argument("--forever", action="store_true",
+                    help="an endless stream: run until the topology is killed")
+    args = ap.parse_args()
+    if args.forever:
+        return forever()
+    sentences = SENTENCES * args.repeat
+    b = build(IterableSpout(sentences, fields=("sentence",), msg_ids=True))
     with LocalCluster() as cluster:
         handle = cluster.submit_topology("wordcount", {}, b.create_topology())
         if not handle.wait(600):

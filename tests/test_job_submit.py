@@ -84,19 +84,20 @@ def test_ray_job_submit_with_a_wrong_token_is_refused(ray_head):
 
 
 def test_a_submitted_job_is_watched_and_killed_with_the_cli(ray_head):
-    """The README's path for a running job: ``ray job submit --no-wait`` a word count far
-    too long to end during the test, see its four components in ``storm-on-ray stats``
-    (an answer during the submit lists only the executors registered so far, so poll),
-    then ``storm-on-ray kill`` it: the topology is gone and the job ends. (The main job's
-    own run is tests/test_examples.py: it runs once per suite.)"""
+    """The README's path for a running job: ``ray job submit --no-wait`` the word count on
+    an endless stream (``--forever``: it ends only when killed), see its four components
+    in ``storm-on-ray stats`` (an answer during the submit lists only the executors
+    registered so far, so poll), then ``storm-on-ray kill`` it: the topology is gone and
+    the job ends, saying so. (The main job's own run is tests/test_examples.py: it runs
+    once per suite.)"""
     from ray.job_submission import JobStatus
 
     env, gcs = ray_head.env, ray_head.gcs
-    proc, out = _job_submit(ray_head.dashboard, env, "examples/wordcount.py", "--repeat",
-                            "100000", wait=False)
+    proc, out = _job_submit(ray_head.dashboard, env, "examples/wordcount.py", "--forever",
+                            wait=False)
     assert proc.returncode == 0, out[-4000:]
     client = ray_head.client()
-    (job,) = [j for j in client.list_jobs() if j.entrypoint.endswith("--repeat 100000")]
+    (job,) = [j for j in client.list_jobs() if j.entrypoint.endswith("--forever")]
     cli = str(Path(sys.executable).with_name("storm-on-ray"))
     components = {"sentences", "split", "count", "totals"}
     seen = ""
@@ -123,4 +124,6 @@ def test_a_submitted_job_is_watched_and_killed_with_the_cli(ray_head):
     assert listed.returncode == 0 and "wordcount" not in listed.stdout, listed.stdout
     until(lambda: client.get_job_status(job.submission_id).is_terminal(), 300,
           "the job ending once its topology was killed", interval=1)
-    assert client.get_job_status(job.submission_id) != JobStatus.SUCCEEDED
+    logs = client.get_job_logs(job.submission_id)
+    assert client.get_job_status(job.submission_id) == JobStatus.SUCCEEDED, logs[-3000:]
+    assert "wordcount was killed" in logs, logs[-3000:]
