@@ -36,6 +36,9 @@ class _Emitter:
         self._flush_acks = flush_acks
         #: tuples emitted (each counted once, whatever its number of targets)
         self.emitted = 0
+        for r in routers.values():  # their emits may go to another task than the chosen
+            for shuffle in r.load_aware_shuffles():
+                outbox.reroute_within(r.index, shuffle)
 
     def _router(self, values, stream: str) -> StreamRouter:
         """The stream's router, after checking the stream is declared and the arity matches.

@@ -7,7 +7,9 @@ executor thread runs every ``topology.batch.flush.interval.millis`` while someth
 to leave (Storm's FlushTuple, with no timer thread). A send that fails (the destination is
 full, or its worker names it backlogged) puts the emit into ``pending_emits`` (Storm's
 ``pendingEmits``), and so does every later emit until it drains, so nothing is reordered.
-The flush only *tries*; nothing here blocks.
+The flush only *tries*; nothing here blocks. One exception to "waits for its destination":
+an emit of a load-aware shuffle that its task refuses goes to another task of that shuffle
+(:meth:`Outbox.try_flush_pending`, see ``actors._routing.LoadAwareShuffle``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ class Outbox:
         self.max_pending_emits = 0
         #: sends a destination refused (full, or backlogged)
         self.send_failures = 0
+        # (wire stream index, task) → (the load-aware shuffle routing that stream to that
+        # task, the task's index in it): the emits that may go to another of its tasks
+        self._shuffled: dict[tuple[int, int], tuple] = {}
+        #: emits that went to another task of their load-aware shuffle than the one chosen
+        self.rerouted = 0
 
     def connect(self, sinks: dict[int, Sink], destinations: Iterable[int]) -> None:
         """One inserter per destination task, over ``sinks[task]``: a ``ChainInserter``
@@ -91,6 +98,13 @@ class Outbox:
         ins = self.inserters[dest]
         return max(load, 1.0) if len(ins.batch) >= ins.batch_size else load
 
+    def reroute_within(self, stream: int, shuffle) -> None:
+        """Emits on wire stream ``stream`` to a task of ``shuffle`` (an
+        ``actors._routing.LoadAwareShuffle``) go to another of its tasks when theirs
+        refuses them (:meth:`try_flush_pending`)."""
+        for i, t in enumerate(shuffle.tasks):
+            self._shuffled[(stream, t)] = (shuffle, i)
+
     def _count_failure(self) -> None:
         self.send_failures += 1
 
@@ -106,17 +120,44 @@ class Outbox:
             self.transfer(dest, (stream, values))
 
     def try_flush_pending(self) -> bool:
-        """Retry ``pending_emits`` in order, stopping at the first failure; True if empty."""
+        """Retry ``pending_emits`` in order, stopping at the first failure; True if empty.
+
+        An emit its destination refuses that a load-aware shuffle chose (see
+        :meth:`reroute_within`) is offered to the shuffle's other tasks, and goes to the
+        first that takes it (:meth:`_reroute`): it does not wait for a task that takes
+        nothing while another takes the stream. Every other emit waits for its own
+        destination (a fields, global, all or direct grouping's, a system message)."""
         p = self.pending_emits
         if len(p) > self.max_pending_emits:
             self.max_pending_emits = len(p)
         inserters = self.inserters
         while p:
             dest, msg = p[0]
-            if not inserters[dest].try_publish(msg):
+            if not inserters[dest].try_publish(msg) and not self._reroute(dest, msg):
                 return False
             p.popleft()
         return True
+
+    def _reroute(self, dest: int, msg: tuple) -> bool:
+        """``msg``, refused by ``dest`` at the head of ``pending_emits``, to another task of
+        the load-aware shuffle that chose ``dest`` (``LoadAwareShuffle.others``: those its
+        weights choose, best first); True if one took it. If none did, the head now waits
+        for the best of them when it weighs more than ``dest`` (the task the shuffle
+        would choose now), and every retry offers it again. False at once for an emit of
+        any other grouping."""
+        entry = self._shuffled.get((msg[0], dest)) if self._shuffled else None
+        if entry is None:
+            return False
+        shuffle, i = entry
+        others = shuffle.others(i)
+        inserters = self.inserters
+        for t in others:
+            if inserters[t].try_publish(msg):
+                self.rerouted += 1
+                return True
+        if others and shuffle.weights[shuffle.tasks.index(others[0])] > shuffle.weights[i]:
+            self.pending_emits[0] = (others[0], msg)
+        return False
 
     def try_flush_batches(self, nagle: bool = False) -> bool:
         """One non-blocking flush attempt of every partial batch; True if all are empty.

@@ -102,7 +102,8 @@ class LoadAwareShuffle:
     choice falls back to the plain shuffle over the tasks within :data:`FALLBACK_MARGIN` of
     the lowest load (all of them at equal load): the emit then waits in its batch or in
     ``pending_emits`` as with a plain shuffle, never dropped, but for a task that stopped
-    taking last, not for one that is hung or dead while the others are merely full.
+    taking last, not for one that is hung or dead while the others are merely full (and
+    the first of them to take again gets it: see re-routing).
 
     Choices: as in Storm, a precomputed cycle read by a counter, one step per emit
     (:meth:`StreamRouter.route`; no random draw, no allocation). Each task's weight divided
@@ -114,9 +115,23 @@ class LoadAwareShuffle:
     once a second, from the load its workers report to each other; here from what the
     sender knows, with no message). Nothing else refreshes them, so an idle sender does no
     work and a sender held by ``pending_emits`` does not spin. ``period`` is at most one
-    batch: a task that reaches its credit limit just after a refresh takes at most
-    ``period`` emits before the next refresh drops it, and its batch has room for them, so
-    none of them fails into ``pending_emits`` (where a hung task would hold the sender).
+    batch, so a task that stops taking just after a refresh is dropped within a batch of
+    emits.
+
+    Re-routing (:meth:`others`): a task can still refuse an emit chosen for it, between two
+    refreshes (its batch was already part full when it stopped taking, or its worker's
+    backpressure status arrived since) or while every task is full and it is still among
+    those that stopped last (as a hung task is, for :data:`FALLBACK_MARGIN` after its last
+    acknowledgement, when the stream was backpressured). That emit is not held for it: the
+    sender's ``Outbox.try_flush_pending`` offers it to the other tasks of this shuffle
+    that the weights choose, best first, and the refusal refreshes the weights at once, so
+    the refusing task is dropped from the next emit on. A departure from Storm, whose emit
+    waits for the task it chose whatever the grouping: it carries the grouping's aim
+    (STORM-162, STORM-2733: send a task that lags less, or nothing, and let the others
+    take the stream) to the emits chosen just before a task stopped taking. Held, one such
+    emit would stop a spout outright (Storm 2.0's spout calls ``nextTuple`` only while
+    ``pendingEmits`` is empty) and the refresh that drops the task would never come. Every
+    other grouping's emit still waits for its destination.
 
     Departures from Storm: weights follow the current load at each refresh (Storm 2's ring
     grows a weight by 1 and cuts it by 10 per one-second refresh, too slow for a load
@@ -181,6 +196,20 @@ class LoadAwareShuffle:
                 self._cache.clear()
             cycle = self._cache[weights] = _cycle(self.tasks, weights)
         self.choices = cycle
+
+    def others(self, i: int) -> tuple[int, ...]:
+        """The tasks to offer an emit that ``tasks[i]`` refused, best first: the other
+        tasks the weights choose (after a refresh, if ``tasks[i]`` was still weighted: the
+        refusal says it takes nothing now), by weight, ties in this sender's rotation from
+        the counter. Never one at weight 0: a task the load signal leaves out (a hung one,
+        or a dead one whose sends would be lost) gets no emit this way either. Only on a
+        refused send (see the class docstring: re-routing)."""
+        if self.weights[i]:
+            self.refresh()
+        w, n, c = self.weights, len(self.tasks), self.counter
+        order = sorted((k for k in range(n) if k != i and w[k]),
+                       key=lambda k: (-w[k], (k - c) % n))
+        return tuple([self.tasks[k] for k in order])
 
 
 class StreamRouter:
@@ -254,6 +283,11 @@ class StreamRouter:
         for s in self._subs:
             if isinstance(s, LoadAwareShuffle):
                 s.bind(load)
+
+    def load_aware_shuffles(self) -> list[LoadAwareShuffle]:
+        """This stream's load-aware shuffles: the only subscriptions whose emits may go to
+        another task than the one chosen (``Outbox.reroute_within``)."""
+        return [s for s in self._subs if isinstance(s, LoadAwareShuffle)]
 
     def check_direct(self, task: int) -> None:
         if task not in self.direct_tasks:
