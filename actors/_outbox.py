@@ -1,7 +1,7 @@
 """The sending side of one task: per-destination batches, ``pending_emits`` and the flush.
 
-Storm 2.0's emit path (seeds/storm2-messaging-redesign.txt, notes/storm2-internals.md
-§2-4): each emit goes to its destination's :class:`BatchInserter`
+Storm 2.0's emit path (STORM-2306, Storm's ``ExecutorTransfer`` and ``JCQueue``): each
+emit goes to its destination's :class:`BatchInserter`
 (``topology.producer.batch.size``); a batch leaves when full, or at the flush that the
 executor thread runs every ``topology.batch.flush.interval.millis`` while something waits
 to leave (Storm's FlushTuple, with no timer thread). A send that fails (the destination is
