@@ -33,7 +33,6 @@ import threading
 import time
 
 from actors._acking import UserCalls
-from actors._chain import ChainInserter
 from actors._errors import ErrorReporter, LogThrottle
 from actors._inbound import Inbound
 from actors._outbox import Outbox, Sink
@@ -254,12 +253,11 @@ class ExecutorCore:
             ValueError: a destination task has no sink.
         """
         self.outbox.connect(sinks, self.destinations)
-        inserters = self.outbox.inserters
         for router in self.collector.routers.values():
             router.bind_load(self.outbox.load)
             fixed = router.fixed
-            ins = inserters.get(fixed[0]) if fixed and len(fixed) == 1 else None
-            router.chained = ins.entry(router.index) if isinstance(ins, ChainInserter) else None
+            router.chained = (self.outbox.chained_entry(fixed[0], router.index)
+                              if fixed and len(fixed) == 1 else None)
 
     def apply_backpressure(self, status: BackPressureStatus) -> list[int]:
         """Apply another worker's status to this task's sends (control thread); returns the

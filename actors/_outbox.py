@@ -98,6 +98,13 @@ class Outbox:
         ins = self.inserters[dest]
         return max(load, 1.0) if len(ins.batch) >= ins.batch_size else load
 
+    def chained_entry(self, task: int, stream: int):
+        """The direct entry of ``task`` for wire stream ``stream`` when ``task`` is chained
+        into this executor (``ChainInserter.entry``: an untracked emit runs it at once), or
+        None when it is reached through a batch (connect time, not per tuple)."""
+        ins = self.inserters.get(task)
+        return ins.entry(stream) if isinstance(ins, ChainInserter) else None
+
     def reroute_within(self, stream: int, shuffle) -> None:
         """Emits on wire stream ``stream`` to a task of ``shuffle`` (an
         ``actors._routing.LoadAwareShuffle``) go to another of its tasks when theirs
