@@ -81,12 +81,22 @@ def main() -> int:
     lower = {k for k in args.lower_is_better.split(",") if k}
     sides = {"a": args.a.resolve(), "b": args.b.resolve()}
     raw: dict[str, dict[str, list[dict[str, float]]]] = {}
+    failed: list[dict] = []
     for bench in args.bench:
         raw[bench] = {"a": [], "b": []}
         for i in range(args.runs):
             for side in ("a", "b"):
                 t0 = time.monotonic()
-                figures = run_once(sides[side], bench, args.timeout_s)
+                try:
+                    figures = run_once(sides[side], bench, args.timeout_s)
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    # a failed run is recorded and left out of the medians (the figures
+                    # compared below need every run), never retried silently
+                    failed.append({"bench": bench, "side": side, "run": i + 1,
+                                   "error": str(e)[-2000:]})
+                    print(f"{bench} run {i + 1} {side}: FAILED ({str(e)[-200:]!r})",
+                          flush=True)
+                    continue
                 raw[bench][side].append(figures)
                 print(f"{bench} run {i + 1} {side}: {time.monotonic() - t0:.0f} s "
                       + " ".join(f"{k}={v:g}" for k, v in figures.items()), flush=True)
@@ -95,7 +105,7 @@ def main() -> int:
         for key in sorted(higher | lower):
             a_vals = [r[key] for r in runs["a"] if key in r]
             b_vals = [r[key] for r in runs["b"] if key in r]
-            if len(a_vals) != args.runs or len(b_vals) != args.runs:
+            if not a_vals or not b_vals:
                 continue
             ma, mb = statistics.median(a_vals), statistics.median(b_vals)
             compared[key] = {"bench": bench, "a": a_vals, "b": b_vals, "median_a": ma,
@@ -103,10 +113,12 @@ def main() -> int:
                              "higher_is_better": key in higher,
                              "regressed": worse(ma, mb, key in higher, args.tolerance)}
     write_result("ab", {"a": str(sides["a"]), "b": str(sides["b"]), "runs": args.runs,
-                        "tolerance": args.tolerance, "raw": raw, "compared": compared})
+                        "tolerance": args.tolerance, "raw": raw, "failed_runs": failed,
+                        "compared": compared})
     regressions = sum(c["regressed"] for c in compared.values())
     print(" ".join(f"{k}_ratio={c['ratio_b_over_a']:.3f}" for k, c in compared.items()
-                   if c["ratio_b_over_a"] is not None) + f" regressions={regressions}")
+                   if c["ratio_b_over_a"] is not None)
+          + f" regressions={regressions} failed_runs={len(failed)}")
     return 0
 
 
