@@ -174,7 +174,7 @@ class BoundedMultiInput(ABC):
         """Upstream task ``task`` ended its stream (or drained): nothing new will come
         from it, though replays may."""
 
-    def end_of_pass(self) -> None:
+    def end_of_pass(self) -> None:  # noqa: B027 (an optional hook: no-op by default)
         """The executor took every element its queue held at the start of the pass
         (called only once every upstream task ended). The default does nothing."""
 
