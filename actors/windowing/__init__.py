@@ -8,14 +8,9 @@ what a user writes (``Count``, ``Duration``, ``WindowedBolt``, ``TupleWindow``, 
 ``topology.windows``. Pure Python, no Ray.
 """
 
-from actors.windowing.engine import (
-    EXPIRE_EVENTS_THRESHOLD,
-    BadTimestamp,
-    Fire,
-    WindowEngine,
-    extract_timestamp,
-)
+from actors.windowing.engine import EXPIRE_EVENTS_THRESHOLD, Fire, WindowEngine
 from actors.windowing.executor import ACK_ON_ENTRY, WindowedBoltExecutor
+from actors.windowing.timestamps import BadTimestamp, extract_timestamp
 
 __all__ = ["ACK_ON_ENTRY", "EXPIRE_EVENTS_THRESHOLD", "BadTimestamp", "Fire", "WindowEngine",
            "WindowedBoltExecutor", "extract_timestamp"]

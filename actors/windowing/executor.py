@@ -34,7 +34,8 @@ import math
 import time
 from typing import Any
 
-from actors.windowing.engine import BadTimestamp, WindowEngine, extract_timestamp
+from actors.windowing.engine import WindowEngine
+from actors.windowing.timestamps import BadTimestamp, extract_timestamp
 from topology import Bolt, BoundedMultiInput, OutputCollector, Tuple, WindowedBolt
 
 #: the config key of the ack-on-entry rule
