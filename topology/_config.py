@@ -313,6 +313,39 @@ _KEYS: list[ConfigKey] = [
               "Storm's key (default 10.0). Each executor actor asks Ray for this share of a "
               "core. 5% so that a 2-core machine holds a topology beside a Spark executor; "
               "it is a scheduling token, not a limit.", minimum=0.001),
+    ConfigKey("topology.max.task.parallelism", (int,), None,
+              "Storm's key (there: a cap on any component's parallelism). Here it is also "
+              "the number of key groups (Flink's maxParallelism, KeyGroupRangeAssignment): "
+              "a fields grouping hashes each key to one of these groups and each task owns a "
+              "contiguous range of them, so keyed state can later move between tasks by "
+              "group. Null means 128 groups. A component with more tasks is refused at "
+              "submit.", minimum=1, nullable=True),
+    ConfigKey("topology.state.provider", (str,), None,
+              "Storm's key. Where stateful components keep their checkpoints: \"local\" "
+              "(null means it too) is embedded and durable across an executor's death, under "
+              "topology.state.checkpoint.dir; \"memory\" is lost with the process (tests). "
+              "A class path (module:Class or module.Class) names a StateProvider of your "
+              "own (docs/state.md).", nullable=True),
+    ConfigKey("topology.state.provider.config", (dict, str), None,
+              "Storm's key: the provider's settings, a dict or a JSON object in a string, "
+              "as Storm passes it.", nullable=True),
+    ConfigKey("topology.state.checkpoint.interval.ms", (int,), 1000,
+              "Storm's default: a checkpoint round starts at most this often (after the "
+              "previous one ended and topology.state.checkpoint.min.pause.ms passed). With "
+              "acking on it must stay below topology.message.timeout.secs.", minimum=1),
+    ConfigKey("topology.state.checkpoint.timeout.secs", (int, float), 60,
+              "Ours (Flink's execution.checkpointing.timeout, 10 min there): a round that "
+              "has not committed after this long fails, which rolls the topology back to "
+              "the last committed checkpoint.", above=0),
+    ConfigKey("topology.state.checkpoint.min.pause.ms", (int,), 0,
+              "Ours (Flink's execution.checkpointing.min-pause): the least time between the "
+              "end of one round and the start of the next, so that under backpressure "
+              "checkpoints do not take all the time.", minimum=0),
+    ConfigKey("topology.state.checkpoint.dir", (str,), None,
+              "Ours: the directory of the local provider's checkpoints, each submit under "
+              "<dir>/<topology>/<submit id>/<component>/. Null: storm-on-ray-state beside "
+              "Ray's session directories (e.g. /tmp/ray/storm-on-ray-state).",
+              nullable=True),
     ConfigKey("topology.debug", (bool,), False,
               "No-op (Storm's key and default, accepted so a Storm config does not fail): "
               "true makes Storm log every emitted tuple; nothing here reads it, so it logs "
