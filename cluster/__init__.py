@@ -21,6 +21,7 @@ _LAZY = {
     "WorkerStats": "cluster._stats",
     "TopologyPlan": "cluster._plan", "plan": "cluster._plan",
     "assign_tasks": "cluster._submit", "submit": "cluster._submit",
+    "read_state": "actors.state.providers",
 }
 
 __all__ = sorted(_LAZY)

@@ -5,6 +5,7 @@
     storm-on-ray stats NAME
     storm-on-ray deactivate NAME | activate NAME
     storm-on-ray kill NAME [--wait SECS] [--drain]
+    storm-on-ray state PATH [--checkpoint N] [--json]   # checkpointed state, offline
 
 ``--address`` names the cluster: a GCS address (``host:6379``) or ``auto`` for ``list``,
 ``stats``, ``activate``, ``deactivate`` and ``kill``; the dashboard's job address
@@ -138,6 +139,51 @@ def _submit(args) -> int:
     return subprocess.call(cmd)
 
 
+def _state(args) -> int:
+    """Print the checkpointed state under a submit's (or a component's) directory; no Ray."""
+    import json
+    from urllib.parse import unquote
+
+    from actors.state._provider import CorruptCheckpoint
+    from actors.state.providers import LOG_FILE, read_state
+
+    try:  # FrameError (an undecodable entry) is a ValueError
+        state = read_state(args.path, args.checkpoint)
+    except (OSError, ValueError, CorruptCheckpoint) as e:
+        print(f"storm-on-ray: {e}", file=sys.stderr)
+        return 1
+
+    def key_str(k) -> str:
+        return k if isinstance(k, str) else repr(k)
+
+    if args.json:
+        def plain(v):
+            if isinstance(v, dict):
+                return {key_str(k): plain(x) for k, x in v.items()}
+            if isinstance(v, (list, tuple)):
+                return [plain(x) for x in v]
+            if v is None or isinstance(v, (str, int, float, bool)):
+                return v
+            return v.isoformat() if hasattr(v, "isoformat") else str(v)
+        print(json.dumps({"checkpoint": state.checkpoint_id, "state": plain(state)}, indent=2))
+        return 0
+    path = os.path.abspath(args.path)
+    components = state if os.path.isfile(os.path.join(path, LOG_FILE)) else {
+        unquote(os.path.basename(path)): state}
+    ckpt = "none committed" if state.checkpoint_id is None else state.checkpoint_id
+    print(f"checkpoint {ckpt}: {path}")
+    for component, tasks in components.items():
+        for task, entries in tasks.items():
+            print(f"{component} task {task}: {len(entries)} keys")
+            try:
+                keys = sorted(entries)
+            except TypeError:  # keys of several types
+                keys = sorted(entries, key=key_str)
+            for k in keys:
+                print(f"  {key_str(k)} = {entries[k]!r}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line's parser (no cluster needed)."""
     ap = argparse.ArgumentParser(prog="storm-on-ray", description=__doc__.splitlines()[0])
@@ -160,6 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--drain", action="store_true",
                            help="drain first: spouts take no new input and end their "
                                 "streams, windows fire, the topology completes; then kill")
+    p = sub.add_parser("state", help="print checkpointed state (no cluster needed)")
+    p.add_argument("path", help="<topology.state.checkpoint.dir>/<topology>/<submit id>, or "
+                                "a component's directory in it")
+    p.add_argument("--checkpoint", type=int, default=None, metavar="N",
+                   help="this checkpoint instead of the last committed one")
+    p.add_argument("--json", action="store_true", help="print JSON")
     return ap
 
 
@@ -167,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "submit":
         return _submit(args)
+    if args.command == "state":
+        return _state(args)
     _connect(args.address)
     try:
         return {"list": _list, "stats": _stats}.get(args.command, _control)(args)

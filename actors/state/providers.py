@@ -1,0 +1,845 @@
+"""The built-in state providers, the offline reader of their checkpoints, and
+``topology.state.provider``'s choice among them.
+
+``"local"`` (:class:`LocalProvider`, the default) keeps each task's checkpoints in an embedded
+SQLite database: no server, durable across the death of the process that wrote them.
+``"memory"`` (:class:`MemoryProvider`) keeps them in the provider object (tests). A class path
+names a :class:`~actors.state._provider.StateProvider` of the user's own, as Storm's
+``topology.state.provider`` names a ``StateProvider`` class (Storm's
+``RedisKeyValueStateProvider``, behind ``RedisKeyValueState``, is one; its settings come in
+``topology.state.provider.config``).
+
+Layout of the local provider, one directory per submit of a topology::
+
+    <topology.state.checkpoint.dir>/<topology>/.storm-on-ray-topology   the topology's name
+    <topology.state.checkpoint.dir>/<topology>/<submit id>/_checkpoints.db   the rounds' log
+    <topology.state.checkpoint.dir>/<topology>/<submit id>/<component>/task-<task>.db
+
+(a component id is percent-quoted where it could not stand as one directory name).
+
+Each task database holds every version a checkpoint wrote (the keys that changed in that
+round, deletes as tombstones) and, per checkpoint, the number of its entries and a CRC-32
+over them, so a restore detects a damaged checkpoint instead of loading it. The log is the
+coordinator's record of the round's phase (Storm's ``CheckPointState``: committed,
+preparing, committing) and of the last committed ids.
+
+:func:`read_state` reads a submit's directory without changing it (a user's tool, and the
+``storm-on-ray state`` command). This module does not import Ray.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import logging
+import os
+import shutil
+import sqlite3
+import struct
+import sys
+import tempfile
+import threading
+import uuid
+import zlib
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import quote, unquote
+
+from actors.state._provider import (
+    COMMITTED,
+    COMMITTING,
+    PREPARING,
+    CheckpointLog,
+    CorruptCheckpoint,
+    StateProvider,
+    TaskStore,
+)
+from topology import ConfigError
+
+__all__ = [
+    "LocalProvider", "MemoryProvider", "StateDirError", "StateSnapshot",
+    "committed_checkpoints", "default_checkpoint_dir", "make_provider", "read_state",
+]
+
+log = logging.getLogger(__name__)
+
+#: the file in ``<dir>/<topology>/`` that names the topology the directory belongs to
+MARKER = ".storm-on-ray-topology"
+#: the coordinator's log, in a submit's directory
+LOG_FILE = "_checkpoints.db"
+#: how long a writer waits for another connection's lock on the same database (seconds)
+BUSY_TIMEOUT_S = 30.0
+#: the schema version of the local provider's databases (``PRAGMA user_version``)
+SCHEMA_VERSION = 1
+
+_PHASES = (COMMITTED, PREPARING, COMMITTING)
+#: how many committed ids the log keeps (the last, and the one before to fall back to)
+_KEEP_COMMITTED = 2
+_ENTRY = struct.Struct(">qqq")  # key group, key length, value length (-1: a delete)
+
+
+class StateDirError(ValueError):
+    """The checkpoint directory cannot be used: it cannot be created or written, it belongs
+    to another topology, or a name would leave it. ``path`` is the directory in question
+    (also named in the message)."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(f"state directory {path}: {why}")
+        self.path = path
+
+
+def _entries_crc(entries: Iterable[tuple[bytes, int, bytes | None]]) -> tuple[int, int]:
+    """``(count, CRC-32)`` of ``(key, key group, value or None)`` entries in key order."""
+    crc = n = 0
+    for key, grp, value in entries:
+        crc = zlib.crc32(_ENTRY.pack(grp, len(key), -1 if value is None else len(value)), crc)
+        crc = zlib.crc32(key, crc)
+        if value is not None:
+            crc = zlib.crc32(value, crc)
+        n += 1
+    return n, crc
+
+
+def _changes(puts: list[tuple[int, bytes, bytes]],
+             deletes: list[tuple[int, bytes]]) -> list[tuple[bytes, int, bytes | None]]:
+    """One checkpoint's entries ``(key, group, value or None)`` sorted by key; a key given
+    twice keeps its last put, and a delete of a key also put wins."""
+    by_key: dict[bytes, tuple[int, bytes | None]] = {}
+    for grp, key, value in puts:
+        by_key[bytes(key)] = (grp, bytes(value))
+    for grp, key in deletes:
+        by_key[bytes(key)] = (grp, None)
+    return [(k, g, v) for k, (g, v) in sorted(by_key.items())]
+
+
+def _in_groups(grp: int, groups: range | None) -> bool:
+    return groups is None or grp in groups
+
+
+def _check_name(what: str, name: Any, parent: str) -> str:
+    """``name`` as one path component under ``parent``, or :class:`StateDirError`."""
+    if (not isinstance(name, str) or not name or ".." in name or "/" in name
+            or "\0" in name or name == "." or (os.altsep and os.altsep in name)):
+        raise StateDirError(os.path.join(parent, str(name)),
+                            f"the {what} {name!r} cannot name a directory: it must be a "
+                            f"non-empty string without '/' or '..'")
+    return name
+
+
+def _component_dir(component: str) -> str:
+    """The directory name of ``component`` (reversible: :func:`_component_name`): its id,
+    percent-quoted where a character could not stand in one path component, and a leading
+    ``.`` or ``_`` quoted so no id can name a hidden file or the log."""
+    if not isinstance(component, str) or not component:
+        raise ValueError(f"component id must be a non-empty string, got {component!r}")
+    name = quote(component, safe="")
+    if name[0] in "._":
+        name = f"%{ord(name[0]):02X}{name[1:]}"
+    return name
+
+
+def _component_name(dirname: str) -> str:
+    return unquote(dirname)
+
+
+# -- memory ---------------------------------------------------------------------------------------
+
+
+class _MemoryTaskStore(TaskStore):
+    """A task's versions in dicts: ``key → {checkpoint id: (group, value or None)}``."""
+
+    def __init__(self) -> None:
+        self._rows: dict[bytes, dict[int, tuple[int, bytes | None]]] = {}
+        self._by_ver: dict[int, set[bytes]] = {}
+        self._collected = 0
+        self._lock = threading.Lock()
+
+    def prepare(self, checkpoint_id: int, puts: list[tuple[int, bytes, bytes]],
+                deletes: list[tuple[int, bytes]]) -> None:
+        entries = _changes(puts, deletes)
+        with self._lock:
+            self._drop_version(checkpoint_id)
+            keys = self._by_ver[checkpoint_id] = set()
+            for key, grp, value in entries:
+                self._rows.setdefault(key, {})[checkpoint_id] = (grp, value)
+                keys.add(key)
+
+    def _drop_version(self, ver: int) -> None:
+        for key in self._by_ver.pop(ver, ()):
+            versions = self._rows[key]
+            del versions[ver]
+            if not versions:
+                del self._rows[key]
+
+    def restore(self, checkpoint_id: int | None,
+                groups: range | None = None) -> dict[bytes, bytes]:
+        with self._lock:
+            if checkpoint_id is None:
+                self._rows, self._by_ver, self._collected = {}, {}, 0
+                return {}
+            if checkpoint_id < self._collected:
+                raise CorruptCheckpoint("memory", checkpoint_id,
+                                        f"collected: only checkpoints >= {self._collected} "
+                                        f"can be restored")
+            for ver in [v for v in self._by_ver if v > checkpoint_id]:
+                self._drop_version(ver)
+            out = {}
+            for key, versions in self._rows.items():
+                grp, value = versions[max(versions)]
+                if value is not None and _in_groups(grp, groups):
+                    out[key] = value
+            return out
+
+    def collect(self, keep_from: int) -> None:
+        with self._lock:
+            for key in list(self._rows):
+                versions = self._rows[key]
+                base = max((v for v in versions if v <= keep_from), default=None)
+                if base is None:
+                    continue
+                for ver in [v for v in versions if v < base]:
+                    del versions[ver]
+                    self._by_ver[ver].discard(key)
+                if base < keep_from and versions[base][1] is None:
+                    del versions[base]
+                    self._by_ver[base].discard(key)
+                if not versions:
+                    del self._rows[key]
+            for ver in [v for v, keys in self._by_ver.items() if v < keep_from and not keys]:
+                del self._by_ver[ver]
+            self._collected = max(self._collected, keep_from)
+
+    def close(self) -> None:
+        """Nothing to release (the data lives as long as its provider)."""
+
+
+class _MemoryLog(CheckpointLog):
+    def __init__(self) -> None:
+        self._phase, self._id, self._committed = COMMITTED, 0, []
+        self._lock = threading.Lock()
+
+    def load(self) -> tuple[str, int, list[int]]:
+        with self._lock:
+            return self._phase, self._id, list(self._committed)
+
+    def record(self, phase: str, checkpoint_id: int) -> None:
+        _check_phase(phase)
+        with self._lock:
+            self._phase, self._id = phase, checkpoint_id
+            if phase == COMMITTED and checkpoint_id not in self._committed:
+                self._committed = sorted([*self._committed, checkpoint_id])[-_KEEP_COMMITTED:]
+
+
+def _check_phase(phase: str) -> None:
+    if phase not in _PHASES:
+        raise ValueError(f"checkpoint phase must be one of {', '.join(_PHASES)}, got {phase!r}")
+
+
+class MemoryProvider(StateProvider):
+    """Checkpoints in this object's memory (``topology.state.provider: "memory"``): the
+    same versions, rollback and collection as :class:`LocalProvider`, lost with the object
+    (or its process). For tests, and for state a job can afford to lose.
+
+    ``task_store`` of the same task returns the same store, so a task that asks again finds
+    its checkpoints. Nothing is shared between two providers, whatever their names.
+    """
+
+    def __init__(self, topology_name: str = "", submit_id: str = "") -> None:
+        self.topology_name = topology_name
+        self.submit_id = submit_id
+        self._stores: dict[tuple[str, int], _MemoryTaskStore] = {}
+        self._log = _MemoryLog()
+        self._lock = threading.Lock()
+
+    def task_store(self, component: str, task: int) -> TaskStore:
+        with self._lock:
+            store = self._stores.get((component, task))
+            if store is None:
+                store = self._stores[(component, task)] = _MemoryTaskStore()
+            return store
+
+    def checkpoint_log(self) -> CheckpointLog:
+        return self._log
+
+    def delete(self) -> None:
+        """Forget every task's checkpoints and the log."""
+        with self._lock:
+            self._stores.clear()
+            self._log = _MemoryLog()
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+# -- local (SQLite) -------------------------------------------------------------------------------
+
+_TASK_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv (
+    key BLOB NOT NULL, ver INTEGER NOT NULL, grp INTEGER NOT NULL,
+    value BLOB,  -- NULL: the key was deleted in this checkpoint
+    PRIMARY KEY (key, ver)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS kv_ver ON kv (ver);
+CREATE INDEX IF NOT EXISTS kv_grp ON kv (grp);
+CREATE TABLE IF NOT EXISTS versions (ver INTEGER PRIMARY KEY, n INTEGER NOT NULL,
+                                     crc INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+
+_LOG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS round (one INTEGER PRIMARY KEY CHECK (one = 0),
+                                  phase TEXT NOT NULL, ckpt INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS committed (ckpt INTEGER PRIMARY KEY);
+"""
+
+
+def _open(path: str, schema: str) -> sqlite3.Connection:
+    """A read-write connection to ``path`` (created with ``schema`` if new): WAL journal,
+    ``synchronous=NORMAL`` (a commit survives the death of the process; SQLite's docs,
+    "Write-Ahead Logging" and "PRAGMA synchronous": an OS crash or power loss may undo the
+    last commits), transactions begun explicitly."""
+    try:
+        con = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                              check_same_thread=False)
+    except sqlite3.Error as e:
+        raise StateDirError(path, f"cannot open the database ({e})") from None
+    try:
+        version = con.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StateDirError(path, f"written by a newer storm-on-ray (schema {version})")
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA synchronous=NORMAL")
+        if version < SCHEMA_VERSION:
+            con.execute("BEGIN IMMEDIATE")
+            for statement in schema.split(";"):
+                if statement.strip():
+                    con.execute(statement)
+            con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            con.execute("COMMIT")
+    except sqlite3.Error as e:
+        con.close()
+        raise StateDirError(path, f"not a usable state database ({e})") from None
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _connect_ro(path: str, immutable: bool) -> sqlite3.Connection:
+    flag = "immutable=1" if immutable else "mode=ro"
+    uri = "file:" + quote(os.path.abspath(path)) + "?" + flag
+    return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                           check_same_thread=False)
+
+
+def _stat(path: str) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _read_only(path: str, read: Callable[[sqlite3.Connection], Any]) -> Any:
+    """``read(connection)`` on a connection that writes nothing. A database no connection
+    has open (no ``-wal`` file beside it) is read as immutable, so SQLite creates no side
+    files; if a writer opened it meanwhile (a ``-wal`` appeared, or the file changed), the
+    read is done again through a ``mode=ro`` connection, which takes SQLite's locks (and
+    may leave an empty ``-wal`` and the ``-shm`` index beside it; the data is untouched)."""
+    wal = path + "-wal"
+    if not os.path.exists(wal):
+        before = _stat(path)
+        con = _connect_ro(path, immutable=True)
+        try:
+            result, error = read(con), None
+        except (CorruptCheckpoint, sqlite3.Error) as e:
+            result, error = None, e
+        finally:
+            con.close()
+        if not os.path.exists(wal) and _stat(path) == before:
+            if error is not None:
+                raise error
+            return result
+    con = _connect_ro(path, immutable=False)
+    try:
+        return read(con)
+    finally:
+        con.close()
+
+
+def _check_version(con: sqlite3.Connection, path: str, checkpoint_id: int) -> None:
+    """Raise :class:`CorruptCheckpoint` unless the entries of ``checkpoint_id`` match its
+    record (count and CRC-32), or the checkpoint is below the collected floor. A checkpoint
+    with no record and no entries wrote nothing here (a store newer than it): not corrupt."""
+    row = con.execute("SELECT value FROM meta WHERE name = 'collected'").fetchone()
+    if row is not None and checkpoint_id < row[0]:
+        raise CorruptCheckpoint(path, checkpoint_id,
+                                f"collected: only checkpoints >= {row[0]} can be restored")
+    n, crc = _entries_crc(con.execute(
+        "SELECT key, grp, value FROM kv WHERE ver = ? ORDER BY key", (checkpoint_id,)))
+    record = con.execute("SELECT n, crc FROM versions WHERE ver = ?",
+                         (checkpoint_id,)).fetchone()
+    if record is None:
+        if n:
+            raise CorruptCheckpoint(path, checkpoint_id,
+                                    f"{n} entries without the checkpoint's record")
+        return
+    if record[0] != n:
+        raise CorruptCheckpoint(path, checkpoint_id,
+                                f"{n} entries where {record[0]} were written")
+    if record[1] != crc:
+        raise CorruptCheckpoint(path, checkpoint_id,
+                                f"CRC-32 {crc:08x} of its entries, {record[1]:08x} written")
+
+
+def _latest(con: sqlite3.Connection, checkpoint_id: int,
+            groups: range | None) -> dict[bytes, bytes]:
+    """Per key, its newest version at or below ``checkpoint_id``, unless that is a delete.
+    (SQLite takes the bare columns of a ``max()`` aggregate from the row holding the max.)"""
+    sql = "SELECT key, grp, value, max(ver) FROM kv WHERE ver <= ?"
+    args: tuple = (checkpoint_id,)
+    if groups is not None and groups.step == 1:
+        sql += " AND grp >= ? AND grp < ?"
+        args += (groups.start, groups.stop)
+    out = {}
+    for key, grp, value, _ in con.execute(sql + " GROUP BY key", args):
+        if value is not None and _in_groups(grp, groups):
+            out[key] = value
+    return out
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on an exception."""
+
+    def __init__(self, con: sqlite3.Connection) -> None:
+        self.con = con
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.con.execute("BEGIN IMMEDIATE")
+        return self.con
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.con.execute("COMMIT")
+        elif self.con.in_transaction:  # (SQLite may have rolled it back already)
+            self.con.execute("ROLLBACK")
+
+
+class _LocalTaskStore(TaskStore):
+    """One task's SQLite database (see the module's docstring for its tables)."""
+
+    def __init__(self, path: str, on_close=None) -> None:
+        self.path = path
+        self._con = _open(path, _TASK_SCHEMA)
+        self._lock = threading.Lock()
+        self._on_close = on_close
+
+    def prepare(self, checkpoint_id: int, puts: list[tuple[int, bytes, bytes]],
+                deletes: list[tuple[int, bytes]]) -> None:
+        entries = _changes(puts, deletes)
+        n, crc = _entries_crc(entries)
+        with self._lock, _Transaction(self._con) as con:
+            con.execute("DELETE FROM kv WHERE ver = ?", (checkpoint_id,))
+            con.executemany("INSERT INTO kv (key, ver, grp, value) VALUES (?, ?, ?, ?)",
+                            ((k, checkpoint_id, g, v) for k, g, v in entries))
+            con.execute("INSERT OR REPLACE INTO versions (ver, n, crc) VALUES (?, ?, ?)",
+                        (checkpoint_id, n, crc))
+
+    def restore(self, checkpoint_id: int | None,
+                groups: range | None = None) -> dict[bytes, bytes]:
+        with self._lock:
+            try:
+                with _Transaction(self._con) as con:
+                    if checkpoint_id is None:
+                        for table in ("kv", "versions", "meta"):
+                            con.execute(f"DELETE FROM {table}")
+                        return {}
+                    con.execute("DELETE FROM kv WHERE ver > ?", (checkpoint_id,))
+                    con.execute("DELETE FROM versions WHERE ver > ?", (checkpoint_id,))
+                    _check_version(con, self.path, checkpoint_id)
+                    return _latest(con, checkpoint_id, groups)
+            except sqlite3.OperationalError:  # locked, disk full, I/O: not the data's fault
+                raise
+            except sqlite3.DatabaseError as e:  # malformed, not a database
+                raise CorruptCheckpoint(self.path, checkpoint_id, str(e)) from None
+
+    def collect(self, keep_from: int) -> None:
+        with self._lock, _Transaction(self._con) as con:
+            # older versions of a key that has one at or below keep_from
+            con.execute("DELETE FROM kv WHERE ver < ?1 AND EXISTS (SELECT 1 FROM kv AS newer "
+                        "WHERE newer.key = kv.key AND newer.ver > kv.ver AND newer.ver <= ?1)",
+                        (keep_from,))
+            # a delete that is now a key's oldest version: no restore >= keep_from sees it.
+            # (One at keep_from stays: it is part of that checkpoint's record.)
+            con.execute("DELETE FROM kv WHERE value IS NULL AND ver < ?", (keep_from,))
+            con.execute("DELETE FROM versions WHERE ver < ?", (keep_from,))
+            con.execute("INSERT INTO meta (name, value) VALUES ('collected', ?1) "
+                        "ON CONFLICT (name) DO UPDATE SET value = max(value, ?1)",
+                        (keep_from,))
+
+    def close(self) -> None:
+        with self._lock:
+            self._con.close()
+        if self._on_close is not None:
+            self._on_close(self)
+
+
+class _LocalLog(CheckpointLog):
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._con = _open(path, _LOG_SCHEMA)
+        self._lock = threading.Lock()
+
+    def load(self) -> tuple[str, int, list[int]]:
+        with self._lock:
+            return _load_log(self._con)
+
+    def record(self, phase: str, checkpoint_id: int) -> None:
+        _check_phase(phase)
+        with self._lock, _Transaction(self._con) as con:
+            con.execute("INSERT OR REPLACE INTO round (one, phase, ckpt) VALUES (0, ?, ?)",
+                        (phase, checkpoint_id))
+            if phase == COMMITTED:
+                con.execute("INSERT OR IGNORE INTO committed (ckpt) VALUES (?)",
+                            (checkpoint_id,))
+                con.execute("DELETE FROM committed WHERE ckpt NOT IN (SELECT ckpt FROM "
+                            "committed ORDER BY ckpt DESC LIMIT ?)", (_KEEP_COMMITTED,))
+
+    def close(self) -> None:
+        with self._lock:
+            self._con.close()
+
+
+def _load_log(con: sqlite3.Connection) -> tuple[str, int, list[int]]:
+    row = con.execute("SELECT phase, ckpt FROM round WHERE one = 0").fetchone()
+    ids = [r[0] for r in con.execute("SELECT ckpt FROM committed ORDER BY ckpt")]
+    return (row[0], row[1], ids) if row else (COMMITTED, 0, ids)
+
+
+class LocalProvider(StateProvider):
+    """Checkpoints in SQLite databases under ``directory`` (``topology.state.provider:
+    "local"``, the default): embedded, no server, durable across the death of the process
+    (an OS crash may lose the last commits). The files are on the machine of the process
+    that writes them, so a task restarted on another machine does not find them (nor may
+    they be on a network filesystem: SQLite's docs, "Write-Ahead Logging"); a provider of
+    your own covers that.
+
+    ``LocalProvider(directory, topology_name, submit_id)`` checks the directory at once:
+    ``<directory>/<topology_name>/<submit_id>/`` is created (and the topology's directory
+    marked with its name); databases are opened when asked for. A task's database is
+    ``<component>/task-<task>.db`` there, the coordinator's log ``_checkpoints.db``.
+    Operations block for their SQLite transaction (another connection's lock is waited for
+    up to :data:`BUSY_TIMEOUT_S`). Several processes may open the same directory, each
+    writing its own tasks' databases.
+
+    Raises:
+        StateDirError: a name with ``/`` or ``..``; the directory cannot be created or
+            written; or ``<directory>/<topology_name>/`` belongs to another topology.
+    """
+
+    def __init__(self, directory: str | None, topology_name: str, submit_id: str) -> None:
+        self.directory = os.path.abspath(directory or default_checkpoint_dir())
+        _check_name("topology name", topology_name, self.directory)
+        _check_name("submit id", submit_id, os.path.join(self.directory, topology_name))
+        self.topology_name = topology_name
+        self.submit_id = submit_id
+        self.topology_dir = os.path.join(self.directory, topology_name)
+        self.root = os.path.join(self.topology_dir, submit_id)
+        self._open: list[_LocalTaskStore | _LocalLog] = []
+        self._lock = threading.Lock()
+        self._claim_topology_dir()
+        try:
+            os.makedirs(self.root, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=self.root)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            raise StateDirError(self.root, f"cannot be created or written ({e})") from None
+
+    def _claim_topology_dir(self) -> None:
+        marker = os.path.join(self.topology_dir, MARKER)
+        try:
+            os.makedirs(self.topology_dir, exist_ok=True)
+            with open(marker, encoding="utf-8") as f:
+                owner = f.read()
+        except FileNotFoundError:
+            owner = None
+        except OSError as e:
+            raise StateDirError(self.topology_dir,
+                                f"cannot be created or read ({e})") from None
+        if owner is not None:
+            if owner.removesuffix("\n") != self.topology_name:
+                raise StateDirError(self.topology_dir,
+                                    f"belongs to topology {owner.strip()!r} (its {MARKER} "
+                                    f"says so), not {self.topology_name!r}: choose another "
+                                    f"topology.state.checkpoint.dir or topology name")
+            return
+        # written whole, then renamed: a concurrent reader sees no marker or all of it
+        tmp = os.path.join(self.topology_dir, f"{MARKER}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(self.topology_name + "\n")
+            os.replace(tmp, marker)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise StateDirError(self.topology_dir,
+                                f"cannot be created or written ({e})") from None
+
+    def task_store(self, component: str, task: int) -> TaskStore:
+        """A new connection to the database of ``task`` of ``component`` (created empty if
+        new; close it when done).
+
+        Raises:
+            StateDirError: the database cannot be created or opened.
+        """
+        folder = os.path.join(self.root, _component_dir(component))
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as e:
+            raise StateDirError(folder, f"cannot be created ({e})") from None
+        store = _LocalTaskStore(os.path.join(folder, f"task-{int(task)}.db"),
+                                on_close=self._forget)
+        with self._lock:
+            self._open.append(store)
+        return store
+
+    def checkpoint_log(self) -> CheckpointLog:
+        """A new connection to the coordinator's log (``_checkpoints.db``).
+
+        Raises:
+            StateDirError: the database cannot be created or opened.
+        """
+        log_ = _LocalLog(os.path.join(self.root, LOG_FILE))
+        with self._lock:
+            self._open.append(log_)
+        return log_
+
+    def _forget(self, store: Any) -> None:
+        with self._lock, contextlib.suppress(ValueError):
+            self._open.remove(store)
+
+    def close(self) -> None:
+        """Close every store and log this provider opened (the data stays)."""
+        with self._lock:
+            opened, self._open = self._open, []
+        for s in opened:
+            s.close()
+
+    def delete(self) -> None:
+        """Close what this provider opened, remove the submit's directory, and the
+        topology's directory if no other submit is left in it. For after the tasks have
+        stopped: a connection of another process to a removed database writes into the
+        void. Blocks for the removal; a file that cannot be removed is left."""
+        self.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+        marker = os.path.join(self.topology_dir, MARKER)
+        try:
+            if set(os.listdir(self.topology_dir)) - {MARKER}:
+                return
+            os.unlink(marker)
+            os.rmdir(self.topology_dir)
+        except FileNotFoundError:
+            pass
+        except OSError:  # another submit arrived meanwhile: it keeps the marker
+            if os.path.isdir(self.topology_dir) and not os.path.exists(marker):
+                self._claim_topology_dir()
+
+
+def default_checkpoint_dir() -> str:
+    """``storm-on-ray-state`` beside Ray's session directories: in Ray's temp directory of
+    this node when Ray is initialised in this process (``ray.get_runtime_context()
+    .get_temp_dir()``), else ``<system temp>/ray/storm-on-ray-state`` (Ray's default temp
+    directory). Does not import Ray."""
+    ray = sys.modules.get("ray")
+    temp = None
+    if ray is not None:
+        try:
+            if ray.is_initialized():
+                try:
+                    temp = ray.get_runtime_context().get_temp_dir()
+                except AttributeError:  # a Ray without it
+                    temp = ray._private.worker._global_node.get_temp_dir_path()
+        except Exception:  # noqa: BLE001 (any failure: the default path)
+            temp = None
+    if not temp:
+        temp = os.path.join(tempfile.gettempdir(), "ray")
+    return os.path.join(temp, "storm-on-ray-state")
+
+
+# -- the provider a topology asks for ---------------------------------------------------------
+
+_PROVIDER_KEY = "topology.state.provider"
+_CONFIG_KEY = "topology.state.provider.config"
+
+
+def _provider_config(raw: Any) -> dict:
+    if raw is None:
+        return {}
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError as e:
+            raise ConfigError(f"{_CONFIG_KEY}: not a JSON object ({e})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{_CONFIG_KEY} must be a dict or a JSON object in a string, got "
+                          f"{type(raw).__name__}")
+    return dict(raw)
+
+
+def _provider_class(path: str) -> type[StateProvider]:
+    module, sep, name = path.partition(":")
+    if not sep:
+        module, _, name = path.rpartition(".")
+    if not module or not name:
+        raise ConfigError(f"{_PROVIDER_KEY}: {path!r} is not a class path (module:Class)")
+    try:
+        obj = importlib.import_module(module)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"{_PROVIDER_KEY}: cannot load {path!r} "
+                          f"({type(e).__name__}: {e})") from None
+    if not (isinstance(obj, type) and issubclass(obj, StateProvider)):
+        raise ConfigError(f"{_PROVIDER_KEY}: {path!r} is not a StateProvider subclass "
+                          f"(actors.state._provider.StateProvider)")
+    return obj
+
+
+def make_provider(conf: dict, topology_name: str, submit_id: str) -> StateProvider:
+    """The provider ``conf`` names for one submit of a topology.
+
+    ``topology.state.provider``: None or ``"local"`` → :class:`LocalProvider` under
+    ``topology.state.checkpoint.dir`` (None: :func:`default_checkpoint_dir`); ``"memory"``
+    → :class:`MemoryProvider`; a class path ``module:Class`` or ``module.Class`` → that
+    :class:`StateProvider` subclass, constructed as ``Class(topology_name, submit_id,
+    config)`` with ``topology.state.provider.config`` as a dict (given as one, or as a JSON
+    object in a string; ``{}`` when None). The built-in providers take no config.
+
+    Raises:
+        ConfigError: an unknown provider name, a class path that does not load or is not a
+            StateProvider subclass, or a provider config that is not a dict or a JSON
+            object.
+        StateDirError: the local provider's directory cannot be used.
+    """
+    name = conf.get(_PROVIDER_KEY)
+    config = _provider_config(conf.get(_CONFIG_KEY))
+    if name is None or name in ("local", "memory"):
+        if config:
+            log.warning("%s is set but the %s provider takes no config: ignored",
+                        _CONFIG_KEY, name or "local")
+        if name == "memory":
+            return MemoryProvider(topology_name, submit_id)
+        return LocalProvider(conf.get("topology.state.checkpoint.dir"), topology_name,
+                             submit_id)
+    if not isinstance(name, str) or not (":" in name or "." in name):
+        raise ConfigError(f"{_PROVIDER_KEY}: unknown provider {name!r}; choose \"local\", "
+                          f"\"memory\" or a class path (module:Class) of a StateProvider")
+    return _provider_class(name)(topology_name, submit_id, config)
+
+
+# -- the offline reader ---------------------------------------------------------------------------
+
+
+class StateSnapshot(dict):
+    """What :func:`read_state` returns: a dict, and the checkpoint it shows in
+    ``checkpoint_id`` (None: no checkpoint committed, every task empty)."""
+
+    checkpoint_id: int | None = None
+
+
+def _locate(path: str) -> tuple[str, str | None]:
+    """``(submit root, component directory name or None)`` of ``path``."""
+    path = os.path.abspath(path)
+    if os.path.isfile(os.path.join(path, LOG_FILE)):
+        return path, None
+    parent = os.path.dirname(path)
+    if os.path.isdir(path) and os.path.isfile(os.path.join(parent, LOG_FILE)):
+        return parent, os.path.basename(path)
+    raise FileNotFoundError(f"{path} is neither a submit's state directory "
+                            f"(<dir>/<topology>/<submit id>, holding {LOG_FILE}) nor a "
+                            f"component's directory in one")
+
+
+def committed_checkpoints(path: str) -> list[int]:
+    """The committed checkpoint ids (ascending; the log keeps the last two) of the submit
+    at ``path`` (its directory or one of its components'), read without changing anything.
+
+    Raises:
+        FileNotFoundError: ``path`` is not a submit's or component's state directory.
+    """
+    root, _ = _locate(path)
+    return _read_only(os.path.join(root, LOG_FILE), lambda con: _load_log(con)[2])
+
+
+def _task_files(root: str, component_dir: str | None) -> dict[str, dict[int, str]]:
+    out: dict[str, dict[int, str]] = {}
+    dirs = [component_dir] if component_dir else sorted(
+        d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    for d in dirs:
+        tasks = {}
+        for f in os.listdir(os.path.join(root, d)):
+            stem = f.removeprefix("task-").removesuffix(".db")
+            if f.startswith("task-") and f.endswith(".db") and stem.isdigit():
+                tasks[int(stem)] = os.path.join(root, d, f)
+        out[_component_name(d)] = dict(sorted(tasks.items()))
+    return out
+
+
+def _read_at(files: dict[str, dict[int, str]], checkpoint_id: int) -> dict:
+    from actors._codec import decode_key, decode_value
+
+    out: dict = {}
+    for component, tasks in files.items():
+        out[component] = {}
+        for task, db in tasks.items():
+            def read(con: sqlite3.Connection, db: str = db) -> dict[bytes, bytes]:
+                _check_version(con, db, checkpoint_id)
+                return _latest(con, checkpoint_id, None)
+
+            try:
+                raw = _read_only(db, read)
+            except sqlite3.OperationalError:
+                raise
+            except sqlite3.DatabaseError as e:
+                raise CorruptCheckpoint(db, checkpoint_id, str(e)) from None
+            out[component][task] = {decode_key(k): decode_value(v) for k, v in raw.items()}
+    return out
+
+
+def read_state(path: str, checkpoint_id: int | None = None) -> StateSnapshot:
+    """The checkpointed state of a submit, decoded, without changing its data (read-only
+    SQLite connections: versions above the checkpoint stay, nothing is collected).
+
+    ``path``: a submit's directory ``<topology.state.checkpoint.dir>/<topology>/<submit
+    id>`` → ``{component: {task: {key: value}}}``; or one component's directory in it →
+    ``{task: {key: value}}``. Keys decode as they were put (tuples as tuples), values as
+    :meth:`topology.KeyValueState.get` returns them. As of ``checkpoint_id``, or of the
+    last committed checkpoint in the submit's log; if that one fails its check, a warning
+    is logged naming it and the committed one before is read. No committed checkpoint:
+    every task empty, ``checkpoint_id`` None. The result's ``checkpoint_id`` says which
+    was read. Blocks for the reads; a running topology may go on writing meanwhile.
+
+    Raises:
+        FileNotFoundError: ``path`` is not a submit's or component's state directory.
+        CorruptCheckpoint: the asked checkpoint (or every committed one) fails its check.
+    """
+    root, component_dir = _locate(path)
+    files = _task_files(root, component_dir)
+    if checkpoint_id is not None:
+        candidates = [checkpoint_id]
+    else:
+        candidates = list(reversed(committed_checkpoints(root)))
+    state: dict | None = None
+    used: int | None = None
+    if not candidates:
+        state = {c: {t: {} for t in tasks} for c, tasks in files.items()}
+    for i, ckpt in enumerate(candidates):
+        try:
+            state, used = _read_at(files, ckpt), ckpt
+            break
+        except CorruptCheckpoint as e:
+            if i + 1 == len(candidates):
+                raise
+            log.warning("%s; reading committed checkpoint %d instead", e, candidates[i + 1])
+    snapshot = StateSnapshot(state[_component_name(component_dir)] if component_dir
+                             else state)
+    snapshot.checkpoint_id = used
+    return snapshot
