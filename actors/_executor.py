@@ -47,6 +47,7 @@ from backpressure import (
     make_wait_strategy,
 )
 from topology import ACKER_ID, StormTopology, TopologyContext, effective_batch_size, make_config
+from topology._keygroups import key_group_count
 
 logger = logging.getLogger("storm_on_ray.executor")
 
@@ -139,7 +140,7 @@ class ExecutorCore:
         self.collector = self._make_collector(build_routers(
             topology, cid, task_id, task_worker,
             load_aware=not c["topology.disable.loadaware.messaging"],
-            batch_size=self.outbox.batch_size))
+            batch_size=self.outbox.batch_size, key_groups=key_group_count(c)))
         # counters of this task's own calls (the collector and the ledger count theirs)
         self.executed = 0
         self._acked = 0

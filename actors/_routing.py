@@ -1,9 +1,15 @@
 """Where a task's tuples go: groupings turned into routers, each task's links (the user's
 edges plus the acking system streams), and the Ray actor name each task answers to.
 
-Storm's ``GrouperFactory`` groupings. Fields grouping hashes with a process-independent
-hash (CRC-32 of text, the integer itself for ints) because Python's ``hash(str)`` differs
-between processes, and every emitter task must send a key to the same consumer task.
+Storm's ``GrouperFactory`` groupings. Fields grouping goes by key groups (Flink's
+``KeyGroupRangeAssignment``, topology/_keygroups.py): a key's process-independent hash
+(``stable_hash``: CRC-32 of text, the integer itself for ints; Python's ``hash(str)``
+differs between processes, and every emitter task must send a key to the same consumer
+task) is mixed (``murmur_mix``) into one of ``topology.max.task.parallelism`` groups (128
+when unset), and each consumer task owns a contiguous range of groups
+(``key_group_range``), so keyed state can move between tasks by group. Each subscription
+keeps a ``group → task`` table and remembers the routes of its last keys, so a tuple costs
+a hash and a look-up (and the mix, for a key not seen lately).
 Shuffle groupings are load-aware unless ``topology.disable.loadaware.messaging``
 (:class:`LoadAwareShuffle`, Storm's ``LoadAwareShuffleGrouping``).
 
@@ -15,27 +21,17 @@ from __future__ import annotations
 import math
 import random
 import re
-import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import msgpack
-
 from topology import ACKER_ID, DEAD_LETTER_STREAM, FORWARD, EmitError, Fields, StormTopology
-
-
-def stable_hash(value: object) -> int:
-    """A hash equal in every process for equal values of msgpack-able types."""
-    if isinstance(value, str):
-        return zlib.crc32(value.encode())
-    if isinstance(value, int):
-        return value & 0xFFFFFFFFFFFF
-    if value is None:
-        return 0
-    if isinstance(value, float) and value.is_integer():
-        return int(value) & 0xFFFFFFFFFFFF
-    return zlib.crc32(msgpack.packb(value, default=str, use_bin_type=True))
+from topology._keygroups import (
+    DEFAULT_KEY_GROUPS,
+    murmur_mix,
+    operator_index,
+    stable_hash,  # also actors.stable_hash
+)
 
 
 @dataclass
@@ -44,6 +40,22 @@ class _Sub:
     tasks: tuple[int, ...]
     idxs: tuple[int, ...] = ()
     counter: int = 0
+    #: fields grouping: key group → its task (a 1-tuple, as routes return)
+    table: tuple[tuple[int], ...] = ()
+    #: fields grouping: key hash → its route, for the last keys seen (see _MEMO_KEYS)
+    memo: dict[int, tuple[int]] = field(default_factory=dict)
+
+
+#: Key hashes whose route a fields grouping remembers (cleared when full): a route costs
+#: a dict look-up for a recurring key instead of a murmur mix in Python.
+_MEMO_KEYS = 4096
+
+
+def _group_table(tasks: tuple[int, ...], groups: int) -> tuple[tuple[int], ...]:
+    """Key group → the task owning it (``operator_index``), as a 1-tuple, for a fields
+    grouping into ``tasks`` (in component task order) over ``groups`` key groups."""
+    n = len(tasks)
+    return tuple((tasks[operator_index(g, n, groups)],) for g in range(groups))
 
 
 #: A task's weight at load 0.0 (Storm's ``MAX_WEIGHT``): a weight is ``100 − load %``.
@@ -267,14 +279,22 @@ class StreamRouter:
         if kind == "shuffle":
             s.counter += 1
             return (s.tasks[s.counter % len(s.tasks)],)
-        if kind == "fields":
+        if kind == "fields":  # the key's group's task (topology/_keygroups.py)
             if len(s.idxs) == 1:
                 h = stable_hash(values[s.idxs[0]])
-            else:
+            else:  # fields_hash, inline
                 h = 0
                 for i in s.idxs:
                     h = (h * 31 + stable_hash(values[i])) & 0xFFFFFFFFFFFF
-            return (s.tasks[h % len(s.tasks)],)
+            memo = s.memo
+            r = memo.get(h)
+            if r is None:
+                t = s.table
+                r = t[murmur_mix(h) % len(t)]
+                if len(memo) >= _MEMO_KEYS:
+                    memo.clear()
+                memo[h] = r
+            return r
         return s.tasks  # all, global (one task)
 
     def bind_load(self, load: Callable[[int], float]) -> None:
@@ -322,7 +342,8 @@ def stream_table(topology: StormTopology) -> list[tuple[str, str, Fields]]:
 
 def build_routers(topology: StormTopology, component: str, task: int,
                   task_worker: dict[int, int], load_aware: bool = False,
-                  batch_size: int = 1) -> dict[str, StreamRouter]:
+                  batch_size: int = 1,
+                  key_groups: int = DEFAULT_KEY_GROUPS) -> dict[str, StreamRouter]:
     """Routers for every stream ``component`` declares, as seen from ``task``.
 
     Args:
@@ -333,6 +354,13 @@ def build_routers(topology: StormTopology, component: str, task: int,
         batch_size: the sender's ``topology.producer.batch.size`` (effective): a
             load-aware shuffle refreshes its weights every ``min(LOAD_REFRESH_EMITS,
             batch_size)`` emits.
+        key_groups: the topology's key-group count (``key_group_count(conf)``,
+            topology/_keygroups.py): a fields grouping sends a key to the task of its
+            group.
+
+    Raises:
+        ValueError: a fields grouping into more tasks than ``key_groups`` (the submit's
+            plan refuses such a topology first, ``check_key_group_parallelism``).
     """
     table = {(c, s): i for i, (c, s, _) in enumerate(stream_table(topology))}
     rng = random.Random(task)
@@ -365,7 +393,8 @@ def build_routers(topology: StormTopology, component: str, task: int,
                     subs.append(_Sub("shuffle", tuple(tasks), counter=start))
             elif g.kind == "fields":
                 idxs = tuple(fields.field_index(f) for f in g.fields)
-                subs.append(_Sub("fields", tuple(tasks), idxs))
+                subs.append(_Sub("fields", tuple(tasks), idxs,
+                                 table=_group_table(tuple(tasks), key_groups)))
             elif g.kind == "all":
                 subs.append(_Sub("all", tuple(tasks)))
             elif g.kind == "global":

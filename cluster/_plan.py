@@ -27,6 +27,7 @@ from topology import (
     dead_letter_consumers,
     make_config,
 )
+from topology._keygroups import check_key_group_parallelism
 
 #: ``topology.worker.placement`` → the Ray placement-group strategy (bundle = worker)
 PLACEMENT_STRATEGIES = {"pack": "PACK", "spread": "SPREAD"}
@@ -221,6 +222,7 @@ def plan(topology: StormTopology, conf: dict | None) -> TopologyPlan:
                 raise ConfigError(f"component {cid!r}: {e}") from None
         if isinstance(spec.obj, WindowedBolt):  # Storm's submit checks of a window
             spec.obj.window_spec().check_against(cid, {**conf, **spec.conf})
+    check_key_group_parallelism(topology, conf)  # no more tasks than key groups
     requested = conf["topology.workers"]
     ackers = conf["topology.acker.executors"]
     if ackers is None:  # Storm: one acker per worker
