@@ -31,6 +31,7 @@ from actors._routing import TASK, WORKER, actor_name
 from actors._sink import ActorSink, _deliver
 from actors._stats import TaskStats
 from actors._store import StoredTopology, first_start
+from actors.state._task import checkpointed, is_stateful, keyed_state
 from backpressure import BackPressureStatus
 from topology import CollectorBolt, DatasetSink, DeadLetterSink
 
@@ -97,10 +98,76 @@ class ExecutorActor:
         #: the direct status path: the executors in other workers that send to this task
         self._status_to: list = []
         self._direct = bool(self.core.conf["topology.backpressure.status.direct"])
-        if prefix is not None and not first_start(prefix, actor_name(None, TASK, task_id)):
+        self._checkpoints = None  # the checkpoint coordinator (fetched by name)
+        rejoining = prefix is not None and not first_start(prefix,
+                                                           actor_name(None, TASK, task_id))
+        if prefix is not None and checkpointed(topology):
+            self._enable_checkpoints(topology_name, topology, conf, rejoining)
+        if rejoining:
             for c in self.cores.values():  # (a chain restarts as one: every task anew)
                 c.inbound.reconstructed = True
             self._rejoin()
+
+    def _enable_checkpoints(self, topology_name, topology, conf, rejoining: bool) -> None:
+        """Every task of this actor takes part in checkpoints (actors/state): a stateful
+        one gets its store from the provider (keyed by key group when fields-grouped); a
+        restarted actor asks the coordinator which checkpoint to restore and starts
+        paused (its restart rolls the whole topology back)."""
+        from actors.state._coordinator import checkpoint_coordinator_name
+        from actors.state.providers import make_provider
+
+        gen, cid = 0, None
+        self._checkpoints = ray.get_actor(checkpoint_coordinator_name(self._prefix))
+        if rejoining:
+            gen, cid = ray.get(self._checkpoints.restarted.remote(self.core.task_id))
+        provider = make_provider(conf, topology_name, self._prefix)
+        for core in self.cores.values():  # (the host first: its chain shares its inbox)
+            store = provider.task_store(core.component_id, core.task_id) if (
+                is_stateful(core.obj)) else None
+            key_group, groups = keyed_state(topology, core.component_id, core.task_id,
+                                            core.conf)
+            core.enable_checkpoints(store, gen, cid, rejoining, key_group, groups)
+            cp = core.checkpoint
+            cp.report = self._report_checkpoint
+            cp.grant = functools.partial(self._grant, core.task_id)
+            cp.reset_sinks = functools.partial(self._reset_sinks, core.task_id)
+
+    def _report_checkpoint(self, method: str, *args) -> None:
+        """A task's message to the checkpoint coordinator (fire and forget)."""
+        try:
+            getattr(self._checkpoints, method).remote(*args)
+        except Exception as e:  # the coordinator restarts: it rolls back by itself
+            self.core.errors.report(e, f"checkpoint report ({method})")
+
+    def _grant(self, task: int, src: int, epoch: int, ack: int) -> None:
+        """Alignment is over: give ``src`` the credit for the frames ``task`` held."""
+        try:
+            self._actor_of(src).credit.remote(src, task, epoch, ack)
+        except Exception as e:  # a dead sender starts a new epoch anyway
+            self.core.errors.report(e, f"credit to task {src}")
+
+    def _reset_sinks(self, task: int, gen: int) -> None:
+        for sink in self._sinks[task]:
+            sink.reset_epoch(gen)
+
+    @ray.method(concurrency_group="control")
+    def checkpoint(self, kind: str, task: int, *args) -> None:
+        """A checkpoint coordinator's message for ``task`` (``trigger``, ``commit``,
+        ``rollback``, ``resume``; see ``actors.state``): queued for its executor thread.
+        Unknown tasks and kinds are counted as bad frames."""
+        try:
+            self._core(task).checkpoint.request(kind, tuple(args))
+        except (KeyError, ValueError, AttributeError) as e:
+            self._bad_frame(ValueError(f"checkpoint message {kind!r} for task {task}: {e}"))
+
+    @ray.method(concurrency_group="control")
+    def credit(self, src: int, dest: int, epoch: int, ack: int) -> None:
+        """Task ``dest`` acknowledges frames up to ``ack`` of ``epoch`` from task ``src``
+        (of this actor), which it held while aligning: the sender's credit comes back."""
+        for sink in self._sinks.get(src, ()):
+            if sink.dest == dest:
+                sink.credit(epoch, ack)
+        self.core.wakeup.set()
 
     def _rejoin(self, timeout: float = 60.0) -> None:
         """Wire and start this restarted instance (see the class docstring)."""

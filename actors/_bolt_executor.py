@@ -9,7 +9,7 @@ from actors._acker import AckerLedger
 from actors._acking import BoltLedger
 from actors._collectors import BoltCollector
 from actors._executor import ExecutorCore
-from actors._streams import EOS_STREAM, FLUSH, TICK_STREAM
+from actors._streams import BARRIER_STREAM, DRAINED_STREAM, EOS_STREAM, FLUSH, TICK_STREAM
 from actors.windowing import WindowedBoltExecutor
 from backpressure import SITE_QUEUE
 from topology import (
@@ -23,6 +23,8 @@ from topology import (
     WindowedBolt,
 )
 
+#: what an input sends in line with its data: parked with it while the task aligns
+_CHANNEL_MARKERS = (BARRIER_STREAM, EOS_STREAM, DRAINED_STREAM)
 #: the system task id a tick comes from (Storm's ``Constants.SYSTEM_TASK_ID``)
 SYSTEM_TASK_ID = -1
 
@@ -111,6 +113,9 @@ class BoltExecutor(ExecutorCore):
             self._flush()
             return
         src, s, values = el[0], el[1], el[2]
+        if self.blocked and src in self.blocked and (s >= 0 or s in _CHANNEL_MARKERS):
+            self.checkpoint.park(el)  # aligning: this input's barrier already came
+            return
         if s < 0:
             if s == TICK_STREAM and src == SYSTEM_TASK_ID:
                 self._tick(values)
@@ -257,12 +262,17 @@ class BoltExecutor(ExecutorCore):
         timed = self.shedder is not None
         handle = self.handle_timed if timed else self.handle
 
+        cp = self.checkpoint
+        requests = cp.inbox if cp is not None else ()
+
         def keep_running() -> bool:
-            return not pending
+            return not pending and not requests
 
         idle = bp_idle = 0
         is_acker = self.is_acker
         while not self._stop:
+            if requests or (cp is not None and cp.paused):  # (a rollback waits here)
+                self._poll_checkpoints()
             self._timers(is_acker)
             if not pending or outbox.try_flush_pending():
                 bp_idle = 0

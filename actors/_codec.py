@@ -53,9 +53,10 @@ _EXT_DATETIME, _EXT_DATE, _EXT_DECIMAL, _EXT_TIME = 1, 2, 3, 4
 _EXT_ARROW_BATCH, _EXT_ARROW_TABLE = 5, 6
 
 #: The lowest stream index on the wire: negative indices are system streams (end of
-#: stream -1; the acking streams -2 to -8 and the drained marker -9, see actors/_acking.py;
-#: the tick, -10, never travels: a frame carrying it is malformed).
-MIN_STREAM_INDEX = -9
+#: stream -1; the acking streams -2 to -8, the drained marker -9 and the checkpoint barrier
+#: -10, see actors/_streams.py; the tick, -11, never travels: a frame carrying it is
+#: malformed).
+MIN_STREAM_INDEX = -10
 
 #: Default cap on one frame, in bytes (64 MiB).
 DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -301,3 +302,46 @@ def decode_status(data: bytes, max_bytes: int = 1 << 20) -> list:
         return msgpack.unpackb(data, raw=False)
     except Exception as e:
         raise FrameError(f"undecodable status ({type(e).__name__}: {e})") from None
+
+
+# -- state values and keys -------------------------------------------------------------------
+# Checkpointed state (``topology.KeyValueState``) stores each key and value as bytes of the
+# same codec: a value that could travel in a tuple can be kept in state, and nothing is
+# pickled. Keys decode with tuples for arrays (a tuple key comes back as a tuple).
+
+
+def encode_value(value: Any) -> bytes:
+    """One value as codec bytes.
+
+    Raises:
+        TypeError: a type the codec cannot carry (named in the message).
+    """
+    return msgpack.packb(value, **_packer_opts)
+
+
+def decode_value(data: bytes) -> Any:
+    """The value of :func:`encode_value`'s bytes.
+
+    Raises:
+        FrameError: undecodable bytes.
+    """
+    try:
+        return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False)
+    except FrameError:
+        raise
+    except Exception as e:
+        raise FrameError(f"undecodable state value ({type(e).__name__}: {e})") from None
+
+
+def decode_key(data: bytes) -> Any:
+    """A state key from its codec bytes (arrays come back as tuples).
+
+    Raises:
+        FrameError: undecodable bytes.
+    """
+    try:
+        return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, use_list=False)
+    except FrameError:
+        raise
+    except Exception as e:
+        raise FrameError(f"undecodable state key ({type(e).__name__}: {e})") from None

@@ -123,6 +123,9 @@ class SpoutCollector(_Emitter, SpoutOutputCollector):
         super().__init__(component_id, streams, routers, outbox, errors, flush_acks)
         self._ledger = ledger
         self.fail_reason: str | None = None
+        #: with checkpoints: the msg ids emitted since the last barrier (acked when a
+        #: checkpoint after them commits); None otherwise
+        self.msg_log: list | None = None
 
     def emit(self, values, stream: str = DEFAULT_STREAM, msg_id: Any = None
              ) -> tuple[int, ...]:
@@ -153,6 +156,8 @@ class SpoutCollector(_Emitter, SpoutOutputCollector):
     def _tracked(self, index: int, values, targets: tuple[int, ...], msg_id: Any
                  ) -> tuple[int, ...]:
         ledger = self._ledger
+        if self.msg_log is not None:
+            self.msg_log.append(msg_id)
         if len(targets) == 1:  # the usual
             anchors = ledger.on_spout_emit_one(msg_id, time.monotonic())
             if anchors is None:  # no ackers: untracked, acked after next_tuple

@@ -38,7 +38,7 @@ from actors._inbound import Inbound
 from actors._outbox import Outbox, Sink
 from actors._routing import build_routers, stream_table, task_links
 from actors._stats import IntervalMetrics, TaskStats, task_stats
-from actors._streams import DRAINED_STREAM, EOS_STREAM
+from actors._streams import BARRIER_STREAM, DRAINED_STREAM, EOS_STREAM, FLUSH
 from backpressure import (
     BackPressureStatus,
     JCQueue,
@@ -48,6 +48,7 @@ from backpressure import (
 )
 from topology import ACKER_ID, StormTopology, TopologyContext, effective_batch_size, make_config
 from topology._keygroups import key_group_count
+from topology._state import KeyValueState, _Stateful
 
 logger = logging.getLogger("storm_on_ray.executor")
 
@@ -62,6 +63,10 @@ CHAIN_FLUSH_DEFER = 10
 #: pipeline)
 CHAIN_TIMERS_S = 0.001
 _DRAINED_MSG = (DRAINED_STREAM, None)
+#: a task paused by a checkpoint rollback reports again this often (seconds) until it is
+#: resumed: Ray fails a call to an actor that is still restarting (at-most-once actor
+#: tasks), so the coordinator's resume to a task that paused while it restarted can be lost
+PAUSED_REPORT_S = 1.0
 
 
 class ExecutorCore:
@@ -183,6 +188,54 @@ class ExecutorCore:
         self._flush_seen = 0
         self._flushed_at = 0.0
         self._next_chain_timers = 0.0  # (monotonic s; 0: at the next clock check)
+        #: checkpoints (actors/state): this task's side, when the topology runs them
+        #: (set by :meth:`enable_checkpoints`), and the input tasks whose elements are
+        #: parked while the task aligns on a barrier
+        self.checkpoint = None
+        self.blocked: frozenset = frozenset()
+        self._checkpoint_start = (0, None, False)
+
+    def enable_checkpoints(self, store, gen: int = 0, checkpoint_id: int | None = None,
+                           paused: bool = False, key_group=None, groups=None) -> None:
+        """Take part in checkpoints (before :meth:`start`; a chain host before its chained
+        tasks): ``store`` is the task's ``TaskStore`` (None without state). At start the
+        state of ``checkpoint_id`` is restored; ``paused`` (a restarted task) waits for
+        the coordinator's resume of generation ``gen`` first."""
+        from actors.state._task import TaskCheckpoint
+
+        host = self.chain_host
+        self.checkpoint = TaskCheckpoint(
+            self, store, key_group, groups,
+            host.checkpoint.inbox if host is not None else None)
+        self._checkpoint_start = (gen, checkpoint_id, paused)
+
+    def send_barrier(self, checkpoint_id: int) -> None:
+        """Barrier ``checkpoint_id`` to every downstream task after everything emitted so
+        far (never to ackers, nor over a back edge), and try to send it now."""
+        item = (BARRIER_STREAM, [checkpoint_id])
+        back = self.back_dests
+        for t in self._data_destinations:
+            if t not in back:
+                self.outbox.transfer(t, item)
+        self.outbox.try_flush_batches()
+
+    def clear_io(self) -> None:
+        """A rollback: drop every queued element (an upstream's end marker is applied,
+        not dropped), ``pending_emits`` and partial batches. Executor thread."""
+        inbound, q = self.inbound, self.queue
+        markers = []
+
+        def drop(el) -> None:
+            if el is not FLUSH and el[1] in (EOS_STREAM, DRAINED_STREAM):
+                markers.append(el)
+        with inbound.fill_lock:
+            while q.size() or not q.is_empty_overflow():
+                if not q.consume(drop):
+                    break
+        markers.extend(inbound.take_kept_markers())
+        self.outbox.clear()
+        for el in markers:
+            self._control(el[0], el[1], el[2])
 
     def host_chain(self, members: list[ExecutorCore]) -> None:
         """Run ``members`` (chained tasks, each after its source) in this executor: they
@@ -287,6 +340,13 @@ class ExecutorCore:
         message (counted as bad and dropped if malformed)."""
         if s == EOS_STREAM:
             self.upstream_open.discard(src)
+            if self.checkpoint is not None:  # an ended input needs no barrier
+                self.checkpoint.check_aligned()
+        elif s == BARRIER_STREAM:
+            if self.checkpoint is not None:
+                self.checkpoint.on_barrier(src, values)
+            else:
+                self.count_bad_frame()
         elif s == DRAINED_STREAM:
             self._on_drained(src)
         elif self.is_spout or self.is_acker:
@@ -461,16 +521,50 @@ class ExecutorCore:
             self.errors.report(e, "finish")
         try:
             self._end_stream()
+            self._report_ended()
         finally:
             self.finished_at = time.time()
             self.state = "done" if not self._stop else "killed"
             self.done.set()
+
+    def _poll_checkpoints(self) -> None:
+        """Apply the coordinator's messages to this task and the tasks chained into it
+        (executor thread); after a rollback, wait here until every one of them is resumed
+        (or the task is stopped)."""
+        inbox = self.checkpoint.inbox
+        cores = (self, *self.chained)
+        again = time.monotonic() + PAUSED_REPORT_S
+        while True:
+            while inbox:
+                cp, kind, args = inbox.popleft()
+                if cp.core.state == "running":
+                    cp.apply(kind, args)
+            paused = [c.checkpoint for c in cores
+                      if c.state == "running" and c.checkpoint.paused]
+            if self._stop or not paused:
+                return
+            self.wakeup.wait(0.05)
+            self.wakeup.clear()
+            if time.monotonic() >= again:  # the resume may have been lost: ask again
+                again = time.monotonic() + PAUSED_REPORT_S
+                for cp in paused:
+                    cp.report("paused", cp.core.task_id, cp.gen)
+
+    def _report_ended(self) -> None:
+        """Tell the checkpoint coordinator this task takes part no more."""
+        if self.checkpoint is not None:
+            self.checkpoint.report("ended", self.task_id)
 
     def _open(self) -> None:
         """``open``/``prepare`` (see :meth:`start`), without the thread."""
         self.state = "starting"
         try:
             self._open_component()
+            if self.checkpoint is not None:
+                self.checkpoint.open(*self._checkpoint_start)
+            elif isinstance(self.obj, _Stateful):  # no checkpoints: a state of its own
+                self.obj.init_state(KeyValueState(component=self.component_id,
+                                                  task=self.task_id))
         except Exception as e:
             self.errors.report(e, self._OPEN_CALL)
             self.state = "failed"
@@ -486,6 +580,7 @@ class ExecutorCore:
             self._loop()
             if not self._stop:
                 self._end_stream()
+                self._report_ended()
         except Exception as e:  # a bug of ours, not user code: make it visible
             logger.exception("%s:%d: executor loop crashed", self.component_id, self.task_id)
             self.errors.report(e, "executor loop")

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from actors._errors import LogThrottle
-from actors._streams import DRAINED_STREAM, EOS_STREAM
+from actors._streams import BARRIER_STREAM, DRAINED_STREAM, EOS_STREAM
 from backpressure import (
     SITE_ARRIVAL,
     FlowControlPolicy,
@@ -34,7 +34,9 @@ from backpressure import (
 logger = logging.getLogger("storm_on_ray.executor")
 
 #: markers at the end of a sender's stream: never dropped, nor refused
-_MARKERS = (EOS_STREAM, DRAINED_STREAM)
+_MARKERS = (EOS_STREAM, DRAINED_STREAM, BARRIER_STREAM)
+#: what a rollback keeps of the frames it drops (an upstream that ended stays ended)
+_END_MARKERS = (EOS_STREAM, DRAINED_STREAM)
 
 
 class _Sender:
@@ -104,6 +106,18 @@ class Inbound:
         #: tuples from other workers the policy did not admit (dropped)
         self.refused = 0
         self._dropped_roots: list = []  # trees to fail (tuples dropped at a back edge's cap)
+        #: checkpoints: frames of an epoch below this are dropped (a rollback's, see
+        #: begin_rollback); senders whose acknowledgements are held (alignment): src →
+        #: the acknowledgement they last got, or None until their next frame
+        self.min_epoch = 0
+        #: held by every insert of a frame (never while waiting) and by a rollback's
+        #: clearing of the queue, so no frame of an older epoch enters after it
+        self.fill_lock = threading.Lock()
+        self._held: dict[int, int | None] = {}
+        #: end markers of frames dropped by a rollback (kept: an ended upstream stays so)
+        self._kept_markers: list = []
+        #: frames dropped because a rollback made their epoch stale
+        self.rolled_back_frames = 0
 
     def _interrupted(self) -> bool:
         return self._stopped() or self._ended()
@@ -133,6 +147,13 @@ class Inbound:
             ValueError: ``src_task`` is not an upstream task of this task.
             QueueInterrupted: the task was stopped while a local insert waited.
         """
+        if epoch < self.min_epoch:  # sent before a rollback: dropped, markers kept
+            self.rolled_back_frames += 1
+            kept = [(src_task, *it) for it in items if it[0] in _END_MARKERS]
+            if kept:
+                with self._lock:
+                    self._kept_markers.extend(kept)
+            return None, None
         st = self._senders.get(src_task)
         if st is None:
             if src_task not in self.upstream and src_task != self.task_id:
@@ -145,7 +166,10 @@ class Inbound:
             self.epoch_resets += 1
             self.lost_frames += len(st.early)
             st.next_seq, st.early, st.epoch = 0, {}, epoch
+            if src_task in self._held:  # (its held acknowledgement was of the old epoch)
+                self._held[src_task] = None
         expected, early = st.next_seq, st.early
+        before = expected - 1
         if seq < expected or seq in early:
             self.duplicate_frames += 1
             return expected - 1, None
@@ -161,21 +185,70 @@ class Inbound:
                 # already timed out, an end marker sent again). Acknowledged and counted.
                 self.late_items += len(items)
             elif remote or self.shedder is not None:
-                r = self.receive_remote_items(src_task, items, nbytes)
+                with self.fill_lock:
+                    if epoch < self.min_epoch:  # a rollback began meanwhile
+                        self.rolled_back_frames += 1
+                        return None, None
+                    r = self.receive_remote_items(src_task, items, nbytes)
                 if report is None:
                     report = r
             else:
                 try:
-                    self.queue.publish_all([(src_task, *it) for it in items],
-                                           self._interrupted, nbytes)
+                    self.queue.publish_all(
+                        [(src_task, *it) for it in items],
+                        lambda: self._interrupted() or epoch < self.min_epoch, nbytes,
+                        self.fill_lock)
                 except QueueInterrupted:
                     if self._stopped():
                         raise
+                    if epoch < self.min_epoch:  # a rollback began while we waited
+                        self.rolled_back_frames += 1
+                        return None, None
                     self.late_items += len(items)  # it ended while we waited
             expected += 1
             st.next_seq = expected
             items, nbytes = early.pop(expected, (None, 0))
+        if src_task in self._held:  # alignment: no credit back until released
+            held = self._held[src_task]
+            if held is None:
+                self._held[src_task] = held = before
+            return held, report
         return expected - 1, report
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def hold(self, src_task: int) -> None:
+        """Alignment: acknowledge no more frames of ``src_task`` (its sender runs out of
+        credit) until :meth:`release`. Executor thread."""
+        self._held.setdefault(src_task, None)
+
+    def release(self) -> list[tuple[int, int, int]]:
+        """End every hold: ``(src_task, epoch, ack)`` for each sender whose
+        acknowledgement was held (the credit to send it by another call)."""
+        held, self._held = self._held, {}
+        out = []
+        for src in held:
+            st = self._senders.get(src)
+            if st is not None:
+                out.append((src, st.epoch, st.next_seq - 1))
+        return out
+
+    def begin_rollback(self, gen: int) -> None:
+        """A rollback to generation ``gen`` starts: from now on frames of an earlier
+        epoch are dropped (their end markers kept, see :meth:`take_kept_markers`), the
+        senders' order is forgotten (after the rollback they start epochs of at least
+        ``gen`` from seq 0), holds end. Any thread."""
+        with self._lock:
+            self.min_epoch = max(self.min_epoch, gen)
+            self._senders = {}
+            self._held = {}
+            self.reconstructed = False
+        self.queue._wake()
+
+    def take_kept_markers(self) -> list:
+        """End markers of frames that a rollback dropped, since the last call."""
+        with self._lock:
+            kept, self._kept_markers = self._kept_markers, []
+        return kept
 
     def receive_remote_items(self, src_task: int, items: list, nbytes: int = 0
                              ) -> tuple | None:

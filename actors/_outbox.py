@@ -187,6 +187,12 @@ class Outbox:
                 ok = False
         return ok
 
+    def clear(self) -> None:
+        """Drop ``pending_emits`` and every partial batch (a checkpoint rollback)."""
+        self.pending_emits.clear()
+        for ins in self._inserter_list:
+            ins.batch.clear()
+
     def has_partial(self) -> bool:
         """True while some destination's batch holds tuples."""
         return any(ins.batch for ins in self._inserter_list)

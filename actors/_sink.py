@@ -59,7 +59,7 @@ class ActorSink:
 
     __slots__ = ("_send", "_src", "_max", "_inflight", "_core", "dest", "sent_batches",
                  "_remote", "_may_send", "_next", "_acked", "_epoch", "resets",
-                 "_frame_limit", "cut_frames", "_lost_at", "_progress_at")
+                 "_frame_limit", "cut_frames", "_lost_at", "_progress_at", "_granted")
 
     def __init__(self, send, src_task: int, dest_task: int, max_inflight: int,
                  core: ExecutorCore, remote: bool = False) -> None:
@@ -89,6 +89,23 @@ class ActorSink:
         self._frame_limit = min(limit, max(1, bound // 2)) if bound else limit
         #: batches sent in more than one frame because of the frame byte limit
         self.cut_frames = 0
+        #: an acknowledgement given by another call, ``(epoch, seq)``: the receiver held
+        #: our frames while aligning on a checkpoint barrier (see credit)
+        self._granted: tuple[int, int] | None = None
+
+    def credit(self, epoch: int, ack: int) -> None:
+        """The receiver acknowledges frames up to ``ack`` of ``epoch`` by a separate call
+        (it held them while aligning). Any thread: applied by the executor thread at its
+        next send."""
+        self._granted = (epoch, ack)
+
+    def reset_epoch(self, gen: int) -> None:
+        """A checkpoint rollback to generation ``gen``: frames from now on carry an epoch
+        of at least ``gen`` from seq 0, which receivers take as new after theirs; the
+        calls in flight are forgotten (their frames are dropped by the receivers).
+        Executor thread."""
+        self._epoch = max(gen, self._epoch + 1)
+        self._next, self._acked, self._inflight, self._granted = 0, -1, [], None
 
     def _reap(self) -> None:
         # each call's reply is a future (Ray completes it from its own thread), so checking
@@ -122,8 +139,14 @@ class ActorSink:
             self._reset()
 
     def _reset(self) -> None:
-        """Frames may be lost: start a new epoch (see the class docstring)."""
+        """Frames may be lost: start a new epoch (see the class docstring). With
+        checkpoints a loss is a failure: the topology rolls back (no frame is replayed
+        otherwise without acking)."""
         self.resets += 1
+        cp = self._core.checkpoint
+        if cp is not None:
+            cp.failed(f"frames to task {self.dest} may be lost (its actor or a transfer "
+                      f"actor died)")
         self._lost_at = time.monotonic()
         self._epoch = max(time.time_ns(), self._epoch + 1)
         self._next, self._acked, self._inflight = 0, -1, []
@@ -135,6 +158,11 @@ class ActorSink:
 
     def unacked(self) -> int:
         """Frames sent to the destination and not yet acknowledged (reaps finished calls)."""
+        g = self._granted
+        if g is not None:
+            if g[0] == self._epoch and g[1] > self._acked:
+                self._acked = g[1]
+                self._progress_at = time.monotonic()
         if self._inflight and self._next - 1 > self._acked:
             self._reap()
         return self._next - 1 - self._acked

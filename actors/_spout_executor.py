@@ -59,7 +59,29 @@ class SpoutExecutor(ExecutorCore):
     def _user_calls(self, calls: UserCalls) -> None:
         """The spout's ``ack``/``fail`` for what the ledger resolved (user code: an
         exception is reported and the loop goes on). During each ``fail`` the collector's
-        ``fail_reason`` is that fail's reason."""
+        ``fail_reason`` is that fail's reason.
+
+        With checkpoints the ledger decides neither: a tuple is acked when the checkpoint
+        after it commits (:meth:`user_acks`), and a failed or timed-out tree rolls the
+        topology back, which fails each tuple emitted after the last committed barrier
+        once (:meth:`user_fails`)."""
+        cp = self.checkpoint
+        if cp is not None:
+            if calls.fails:
+                reasons = calls.reasons
+                cp.failed(f"a tuple tree failed ({reasons[0] if reasons else 'timed out'})")
+            return
+        self._call_user(calls)
+
+    def user_acks(self, msg_ids: list) -> None:
+        """The spout's ``ack`` for each of ``msg_ids`` (a checkpoint committed)."""
+        self._call_user(UserCalls(msg_ids, []))
+
+    def user_fails(self, msg_ids: list, reason: str) -> None:
+        """The spout's ``fail`` for each of ``msg_ids`` (a rollback)."""
+        self._call_user(UserCalls([], msg_ids, [reason] * len(msg_ids)))
+
+    def _call_user(self, calls: UserCalls) -> None:
         for m in calls.acks:
             self._acked += 1
             try:
@@ -105,9 +127,17 @@ class SpoutExecutor(ExecutorCore):
         exhausted = exhausted_once = False
         sample = self._sample_every
         calls, next_timed = 0, (1 if sample else sys.maxsize)
+        cp = self.checkpoint
+        requests = cp.inbox if cp is not None else ()
         while not self._stop:
             recv = 0
             if counter >= skips:
+                if requests or (cp is not None and cp.paused):
+                    self._poll_checkpoints()  # (a rollback waits here)
+                    if cp.rewound:  # its position was restored: not exhausted any more
+                        cp.rewound = exhausted = False
+                        if not self.draining:
+                            spout = self.obj
                 recv = q.consume(handle)
                 counter = 0
                 self._timers(acking)
@@ -125,6 +155,11 @@ class SpoutExecutor(ExecutorCore):
                 counter = skips
                 if self._fails_since_exhausted:
                     exhausted = False
+                elif cp is not None:
+                    if cp.final_committed():
+                        return
+                    idle = self._idle(idle) if recv <= 1 else 0
+                    continue
                 elif not trees:
                     return
                 else:
@@ -172,6 +207,14 @@ class SpoutExecutor(ExecutorCore):
                     calls += burst - room
             except StopIteration:
                 self._user_calls(UserCalls(ledger.take_acks_due(), []))
+                if cp is not None:  # ends once a checkpoint after its last tuple commits
+                    cp.want_final()
+                    if not exhausted_once:
+                        exhausted_once = True
+                        self.send_drained()
+                    exhausted = True
+                    self._fails_since_exhausted = False
+                    continue
                 if not trees:
                     return
                 if not exhausted_once:

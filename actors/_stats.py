@@ -123,6 +123,12 @@ class TaskStats:
     upstream task has sent a tuple and once every one has ended), ``watermark_lag_ms``
     (behind the newest timestamp), ``windows_fired``, ``late_tuples``, ``bad_timestamps``.
 
+    Checkpoints (a stateful topology; None otherwise): ``checkpoint``, a dict of
+    ``checkpoints`` (snapshots taken), ``rollbacks``, ``last_committed``, ``generation``,
+    ``paused``, ``aligning`` (the round being aligned), ``parked`` and ``parked_max``
+    (elements held by alignment), ``last_snapshot_ms``, ``last_keys_written``,
+    ``state_keys``; ``rolled_back_frames`` (frames dropped for an older epoch).
+
     Last metrics interval: the :class:`IntervalMetrics` fields. A task that has not yet
     closed an interval shows None for the rates, fractions, latency and level (never a
     false 0% or 100%), and ``stalled`` False.
@@ -200,6 +206,7 @@ class TaskStats:
     windows_fired: int | None = None
     late_tuples: int | None = None
     bad_timestamps: int | None = None
+    checkpoint: dict | None = None
     interval_s: float | None = None
     executed_per_s: float | None = None
     emitted_per_s: float | None = None
@@ -287,6 +294,9 @@ def task_stats(core: Any, interval: IntervalMetrics | None = None) -> TaskStats:
         epoch_resets=inb.epoch_resets, lost_frames=inb.lost_frames,
         late_items=inb.late_items,
         error_count=core.errors.total, errors=core.errors.snapshot(),
+        checkpoint=(None if core.checkpoint is None else
+                    {**core.checkpoint.stats(),
+                     "rolled_back_frames": inb.rolled_back_frames}),
         **_window_stats(core))
     return stats.with_interval(interval)
 

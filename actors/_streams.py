@@ -29,7 +29,8 @@ class SystemStream(IntEnum):
     ACKER_FAIL = -7  #: acker → spout: the tree failed
     ACKER_RESET_TIMEOUT = -8  #: acker → spout: restart the tree's timeout
     DRAINED = -9  #: upstream → downstream: no new data follows, only replays (ours)
-    TICK = -10  #: the executor → itself: a tick tuple (never on the wire)
+    BARRIER = -10  #: a checkpoint barrier, in line with the data (Flink's; ours)
+    TICK = -11  #: the executor → itself: a tick tuple (never on the wire)
 
     @property
     def storm_name(self) -> str:
@@ -39,13 +40,15 @@ class SystemStream(IntEnum):
 
 _STORM_NAMES = dict(zip(SystemStream, ["__eos", "__ack_init", "__ack_ack", "__ack_fail",
                                          "__ack_reset_timeout", "__ack_ack", "__ack_fail",
-                                         "__ack_reset_timeout", "__drained", "__tick"],
+                                         "__ack_reset_timeout", "__drained", "__checkpoint",
+                                         "__tick"],
                         strict=True))
 
 # plain ints for the per-tuple paths and the wire (an IntEnum compares as its int)
 EOS_STREAM = int(SystemStream.EOS)
 DRAINED_STREAM = int(SystemStream.DRAINED)
 TICK_STREAM = int(SystemStream.TICK)
+BARRIER_STREAM = int(SystemStream.BARRIER)
 ACK_INIT = int(SystemStream.ACK_INIT)
 ACK_ACK = int(SystemStream.ACK_ACK)
 ACK_FAIL = int(SystemStream.ACK_FAIL)

@@ -376,22 +376,33 @@ class JCQueue:
         return self._inserter(producer).try_flush()
 
     def publish_all(self, items: list, interrupted: Callable[[], bool] | None = None,
-                    nbytes: int = 0) -> None:
+                    nbytes: int = 0, guard=None) -> None:
         """Insert every element of ``items`` in order, waiting while the queue is full (in
         elements or, with ``nbytes``, the wire bytes of all of ``items``, in bytes).
 
-        Used by a receiver for a batch that already travelled as one unit.
+        Used by a receiver for a batch that already travelled as one unit. With ``guard``
+        (a lock), each insert attempt checks ``interrupted()`` first, both under the
+        lock, so a consumer that clears the queue under it sees no insert of a batch that
+        was interrupted before (never held while waiting).
 
         Raises:
             QueueInterrupted: ``interrupted()`` or :meth:`interrupt` while waiting.
         """
+        if guard is not None:
+            def fill(rest, rest_bytes):
+                with guard:
+                    if interrupted():
+                        raise QueueInterrupted(f"queue {self.name}: publish interrupted")
+                    return self.try_fill(rest, rest_bytes)
+        else:
+            fill = self.try_fill
         start = 0
         idle = 0
         total = len(items)
         while start < total:
             rest = items if start == 0 else items[start:]
             rest_bytes = nbytes - nbytes * start // total if nbytes else 0
-            n = self.try_fill(rest, rest_bytes)
+            n = fill(rest, rest_bytes)
             if n:
                 start += n
                 idle = 0

@@ -57,6 +57,47 @@ class TopologyHandle:
         self.chained_tasks: set[int] = (set(chained_tasks) if chained_tasks is not None
                                         else set(topology.chain_hosts()) if topology
                                         else set())
+        #: the checkpoint coordinator of a stateful topology (actors/state), else None
+        self.checkpoints = None
+
+    def _checkpoint_coordinator(self):
+        """The checkpoint coordinator (by name for an attached handle), or None."""
+        if self.checkpoints is None and self.prefix is not None:
+            from actors.state import checkpoint_coordinator_name
+            try:
+                self.checkpoints = ray.get_actor(checkpoint_coordinator_name(self.prefix))
+            except ValueError:
+                return None
+        return self.checkpoints
+
+    def checkpoint_stats(self) -> dict | None:
+        """The checkpoint coordinator's figures (None for a topology without state):
+        ``last_committed`` and ``in_flight`` checkpoint ids, ``completed`` rounds,
+        ``rollbacks``, ``failed_rounds``, ``generation``, ``rolling_back``,
+        ``last_duration_ms`` (the last round, from its trigger to its commit). Blocks for
+        one actor call (30 s at most).
+
+        Raises:
+            ray.exceptions.GetTimeoutError: the coordinator did not answer in 30 s.
+        """
+        c = self._checkpoint_coordinator()
+        return None if c is None else ray.get(c.state.remote(), timeout=30)
+
+    def _await_checkpoint(self, timeout: float) -> bool:
+        """Start a checkpoint now and wait up to ``timeout`` s until one that started
+        after this call has committed; True if it did (no checkpoints: True at once)."""
+        c = self._checkpoint_coordinator()
+        if c is None:
+            return True
+        s0 = ray.get(c.state.remote(), timeout=30)
+        need = s0["completed"] + (2 if s0["in_flight"] is not None else 1)
+        ray.get(c.request.remote(), timeout=30)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ray.get(c.state.remote(), timeout=30)["completed"] >= need:
+                return True
+            time.sleep(0.05)
+        return False
 
     def _executor_actors(self) -> list:
         """Each executor actor once (a task chained into another's actor shares it)."""
@@ -414,13 +455,24 @@ class TopologyHandle:
             return
         if wait_secs and wait_secs > 0:
             self.deactivate()
-            time.sleep(wait_secs)
+            t0 = time.monotonic()
+            if not self._await_checkpoint(wait_secs):  # what was emitted is committed
+                logger.warning("topology %r: no checkpoint committed within kill -w %g s",
+                               self.name, wait_secs)
+            time.sleep(max(0.0, wait_secs - (time.monotonic() - t0)))
         self._killed = True
         try:
             ray.get([a.shutdown.remote() for a in self._executor_actors()], timeout=30)
         except Exception as e:  # dying actors: we kill them anyway
             logger.warning("topology %r: shutdown: %s", self.name, e)
         self._spout_hooks(lambda s: s.on_stop(), "on_stop")
+        checkpoints = self._checkpoint_coordinator()
+        if checkpoints is not None:  # (a new submit starts empty: nothing to keep)
+            try:
+                ray.get(checkpoints.stop.remote(delete=True), timeout=30)
+            except Exception as e:
+                logger.warning("topology %r: checkpoints not deleted: %s", self.name, e)
+            ray.kill(checkpoints, no_restart=True)
         for a in self._executor_actors() + list(self.transfers.values()):
             ray.kill(a, no_restart=True)
         pgs = self.placement_groups or _placement_groups(self.prefix)

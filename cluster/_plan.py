@@ -158,6 +158,57 @@ def _refuse_shedding_with_acking(topology: StormTopology, conf: dict) -> None:
                 f"would be lost for good; use 'block' for at-least-once")
 
 
+def _refuse_unsound_state(topology: StormTopology, conf: dict) -> None:
+    """A stateful topology (actors/state) is exactly-once only where a rollback can
+    replay: refuse what cannot (docs/state.md, the guarantee matrix)."""
+    from actors.state import checkpointed, is_stateful
+
+    if not checkpointed(topology):
+        return
+    comps = topology.components
+    stateful = sorted(c for c, spec in comps.items() if not spec.is_spout
+                      and is_stateful(spec.obj))
+    if topology.back_edges:
+        raise TopologyError(
+            f"stateful bolts {stateful}: a topology with a cycle (back edges "
+            f"{sorted(topology.back_edges)}) cannot checkpoint them: barriers cannot be "
+            f"aligned around a cycle; remove the cycle or keep the state outside it")
+    acking = bool(topology.acker_tasks)
+    timeout = conf["topology.message.timeout.secs"]
+    interval = conf["topology.state.checkpoint.interval.ms"]
+    if acking and timeout and interval >= timeout * 1000:
+        raise ConfigError(
+            f"topology.state.checkpoint.interval.ms ({interval}) must be below "
+            f"topology.message.timeout.secs ({timeout:g} s) with acking on: tuples are acked "
+            f"when the checkpoint after them commits, so they would time out first")
+    upstream = {c: set() for c in comps}  # component -> every component upstream of it
+    for cid in comps:
+        todo, seen = [cid], set()
+        while todo:
+            for g in comps[todo.pop()].inputs:
+                if g.source not in seen:
+                    seen.add(g.source)
+                    todo.append(g.source)
+        upstream[cid] = seen
+    for cid in stateful:
+        for up in sorted(upstream[cid] | {cid}):
+            spec = comps[up]
+            if (not spec.is_spout and up != ACKER_ID
+                    and {**conf, **spec.conf}["topology.backpressure.overload"] == "shed"):
+                raise ConfigError(
+                    f"component {up!r} sheds load (topology.backpressure.overload 'shed') "
+                    f"upstream of stateful bolt {cid!r}: what is shed depends on timing, so "
+                    f"no exact state exists; use 'block'")
+    for sid in sorted(c for c, spec in comps.items() if spec.is_spout):
+        if not is_stateful(comps[sid].obj) and not acking:
+            raise TopologyError(
+                f"spout {sid!r} can neither rewind nor replay, so the stateful bolts "
+                f"{stateful} cannot be exactly-once after a failure: make it a "
+                f"StatefulSpout that keeps its position (IterableSpout and DataFrameSpout "
+                f"do), or switch acking on (topology.acker.executors > 0) and replay on "
+                f"fail(msg_id)")
+
+
 def _window_acks_for_live_sources(topology: StormTopology, conf: dict,
                                   warnings: list[str]) -> None:
     """A spout whose source waits for acks (``acks_hold_source``: a Spark streaming spout
@@ -236,6 +287,7 @@ def plan(topology: StormTopology, conf: dict | None) -> TopologyPlan:
                                     dead_letters=replays)
     if topology.acker_tasks:
         _refuse_shedding_with_acking(topology, conf)
+    _refuse_unsound_state(topology, conf)
     warnings = []
     if capped and not replays:
         warnings.append("topology.max.replays is set but acking is off "

@@ -24,6 +24,7 @@ from actors import (
     store_topology,
     submit_prefix,
 )
+from actors.state import checkpointed
 from cluster._handle import TopologyHandle, placement_group_name
 from cluster._plan import TopologyPlan, assign_tasks, plan
 from topology import StormTopology, TopologyError
@@ -98,6 +99,13 @@ def launch(p: TopologyPlan, name: str, ready_timeout: float = 120,
             f"for {topology.num_tasks} executors in {len(p.workers)} worker(s) within "
             f"{ready_timeout} s; lower topology.component.cpu.pcore.percent or add "
             f"CPUs") from None
+    checkpoints = None
+    if checkpointed(topology):
+        try:
+            checkpoints = _start_checkpoints(p, name, prefix, conf, pg, lifetime)
+        except Exception:
+            ray.util.remove_placement_group(pg)
+            raise
     # a restarted executor reads its topology again: from the GCS, not from an object this
     # driver owns (Ray warns at submit about an actor with max_restarts whose constructor
     # arguments are in the object store, and a detached one could not restart at all)
@@ -141,6 +149,7 @@ def launch(p: TopologyPlan, name: str, ready_timeout: float = 120,
             max_restarts=conf["topology.executor.max.restarts"]).remote(name)
     handle = TopologyHandle(name, topology, conf, actors, [pg], task_worker, transfers,
                             prefix=prefix, detached=detached)
+    handle.checkpoints = checkpoints
     try:
         if coordinator is not None:
             ray.get(coordinator.connect.remote(
@@ -152,12 +161,45 @@ def launch(p: TopologyPlan, name: str, ready_timeout: float = 120,
                 for w in p.workers])
         ray.get([a.connect.remote(actors, transfers, coordinator) for a in own])
         ray.get([a.start.remote() for a in own])
+        if checkpoints is not None:
+            ray.get(checkpoints.start.remote())
         for _, spec in sorted(topology.components.items()):
             if spec.is_spout:  # driver-side sources (a Spark streaming query) start now
                 spec.obj.on_submit(handle)
     except Exception:
         handle.kill()
         raise
+    if checkpoints is not None:
+        logger.info("topology %r: checkpoints every %d ms under %s", name,
+                    conf["topology.state.checkpoint.interval.ms"],
+                    conf["topology.state.checkpoint.dir"])
     logger.info("topology %r started: %d tasks in %d executor(s) in %d worker(s)", name,
                 topology.num_tasks, len(own), len(p.workers))
     return handle
+
+
+def _start_checkpoints(p: TopologyPlan, name: str, prefix: str, conf: dict, pg,
+                       lifetime: str | None):
+    """Create the checkpoint coordinator (actors/state) of a stateful topology, in the
+    first worker's bundle, before the executors (which find it by name at start). The
+    provider is opened here first, so a state directory that cannot be used is refused at
+    submit, with its path. ``conf`` gets the checkpoint directory it resolved.
+
+    Raises:
+        StateDirError: the checkpoint directory is not writable or holds another
+            topology's checkpoints.
+    """
+    from actors.state import checkpoint_coordinator_class, checkpoint_coordinator_name
+    from actors.state.providers import default_checkpoint_dir, make_provider
+
+    if conf["topology.state.checkpoint.dir"] is None:
+        conf["topology.state.checkpoint.dir"] = default_checkpoint_dir()
+    make_provider(conf, name, prefix).checkpoint_log()  # refuses a bad directory
+    topology = p.topology
+    hosts = p.chain_hosts
+    tasks = {t: hosts.get(t, t) for t in p.task_worker}
+    return checkpoint_coordinator_class().options(
+        scheduling_strategy=PlacementGroupSchedulingStrategy(
+            placement_group=pg, placement_group_bundle_index=0),
+        name=checkpoint_coordinator_name(prefix), lifetime=lifetime,
+    ).remote(prefix, name, conf, tasks, topology.spout_tasks, topology.acker_tasks)

@@ -5,9 +5,19 @@ both the benchmarks and the tests run. Import as ``tests.components``."""
 
 from __future__ import annotations
 
+import collections
 import time
 
-from topology import BatchBolt, Bolt, CollectorBolt, Fields, Spout, TopologyBuilder, WindowedBolt
+from topology import (
+    BatchBolt,
+    Bolt,
+    CollectorBolt,
+    Fields,
+    Spout,
+    StatefulBolt,
+    TopologyBuilder,
+    WindowedBolt,
+)
 
 
 class SeqSpout(Spout):
@@ -1176,3 +1186,37 @@ def build_paced(max_rate: float, producer: tuple, consumer: tuple, start_file: s
     else:
         d.shuffle_grouping("producer")
     return b.create_topology()
+
+
+class StatefulWordCount(StatefulBolt):
+    """Counts each word in its checkpointed state (Storm's stateful word count); emits
+    nothing. ``delay_s`` slows each tuple, so a kill finds tuples in flight."""
+
+    outputs = ()
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
+
+    def init_state(self, state) -> None:
+        self.counts = state
+
+    def execute(self, tup) -> None:
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        word = tup.values[0]
+        self.counts.put(word, self.counts.get(word, 0) + 1)
+
+
+def words(n: int, distinct: int = 97) -> list[str]:
+    """``n`` words over ``distinct`` keys (a fixed, uneven mix)."""
+    return [f"w{(i * i + 3 * i) % distinct}" for i in range(n)]
+
+
+def merged_counts(state: dict) -> collections.Counter:
+    """One ``Counter`` of a component's ``{task: {word: count}}`` (``read_state``), checking
+    that no word is counted by two tasks (fields grouping gives each word one task)."""
+    total: collections.Counter = collections.Counter()
+    for counts in state.values():
+        assert not set(counts) & set(total), "a word counted by two tasks"
+        total.update(counts)
+    return total

@@ -6,13 +6,18 @@ import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from topology._components import Bolt, Spout
+from topology._components import Bolt
 from topology._dead_letters import RetryService
 from topology._errors import TopologyError
+from topology._state import StatefulSpout
 
 
-class IterableSpout(Spout):
+class IterableSpout(StatefulSpout):
     """Emits the items of a finite iterable, then ends the stream.
+
+    Its position (items taken by this task) is its checkpointed state: in a stateful
+    topology a rollback rewinds it to the position of the last committed checkpoint
+    (:class:`~topology.StatefulSpout`), so the items are counted exactly once downstream.
 
     With parallelism *n*, task *k* (0-based index) emits the items at positions
     ``k, k+n, k+2n, ...``, so the tasks together emit each item exactly once.
@@ -49,9 +54,8 @@ class IterableSpout(Spout):
     def open(self, conf, context, collector) -> None:
         self._collector = collector
         n = len(context.get_component_tasks(context.component_id))
-        source = self._items if self._factory is None else self._factory()
-        self._it = enumerate(itertools.islice(source, context.task_index, None, n))
         self._stride = (n, context.task_index)
+        self._start_at(0)
         self._single = len(self.outputs) == 1
         self._in_flight: dict = {}  # msg_id -> values, until acked
         self._replay: list = []  # failed msg_ids, oldest first
@@ -60,6 +64,27 @@ class IterableSpout(Spout):
         self.dead_ids: list = []  # given up at topology.max.replays
         self.taken = 0
         self._retries = RetryService(conf, context, collector)
+
+    def _start_at(self, position: int) -> None:
+        """Take items again from this task's ``position``-th item on."""
+        n, k = self._stride
+        source = self._items if self._factory is None else self._factory()
+        self._it = itertools.islice(enumerate(itertools.islice(source, k, None, n)),
+                                    position, None)
+        self.taken = position
+
+    def init_state(self, state) -> None:
+        """Go on from the position in ``state`` (0 when empty); a rewind forgets what was
+        in flight."""
+        self._state = state
+        position = state.get("position", 0)
+        if position or self.taken:
+            self._start_at(position)
+            self._in_flight.clear()
+            self._replay.clear()
+
+    def pre_prepare(self, checkpoint_id: int) -> None:
+        self._state.put("position", self.taken)
 
     def next_tuple(self) -> None:
         if self._replay:

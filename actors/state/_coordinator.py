@@ -1,0 +1,356 @@
+"""The checkpoint coordinator: rounds of aligned checkpoints, commit, global rollback.
+
+Flink's ``CheckpointCoordinator`` with Storm's state names (``CheckpointSpout``,
+``CheckPointState``): every ``topology.state.checkpoint.interval.ms`` a round starts; each
+spout task puts barrier N into its output in line with its data and records its position;
+every task aligns its inputs on the barrier, snapshots its state (prepared: durable under
+id N), forwards the barrier and reports. When every live task has reported, the round
+commits: one durable write of ``COMMITTED N`` in the provider's log is the commit point
+(each task's data for N is already durable), then every task is told (hooks, the spouts'
+acks, garbage collection). Carbone et al., "Lightweight Asynchronous Snapshots for
+Distributed Dataflows" (2015) is the protocol; Storm's own checkpoint spout does not align
+(its docs: at-least-once state).
+
+A failure (a round that fails or times out, a task that restarted, a failed tuple tree)
+rolls the whole topology back (Flink's global failover): the generation goes up, every task
+drops its queued and in-flight frames, restores checkpoint N (or clears), spouts rewind or
+fail what they emitted after barrier N, each task reports that it paused, and when all have,
+the coordinator resumes them. A restarted coordinator does the same from the log: a round
+that was preparing is aborted, the last committed one is restored.
+
+:class:`CoordinatorCore` is the pure state machine (no Ray, no clock of its own: the tests
+drive it through every ordering); :class:`CheckpointCoordinator` is its Ray actor.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import NamedTuple
+
+from actors.state._provider import COMMITTED, PREPARING, CheckpointLog
+
+logger = logging.getLogger("storm_on_ray.checkpoint")
+
+
+class Action(NamedTuple):
+    """A message the coordinator sends: ``kind`` to each of ``tasks`` with ``args``.
+
+    Kinds: ``"trigger"`` ``(gen, checkpoint_id)`` to spout tasks; ``"commit"``
+    ``(checkpoint_id,)``; ``"rollback"`` ``(gen, checkpoint_id or None)``; ``"resume"``
+    ``(gen,)``."""
+
+    kind: str
+    tasks: tuple[int, ...]
+    args: tuple
+
+
+class CoordinatorCore:
+    """The round state machine (one thread: the actor's).
+
+    Args:
+        log: the provider's checkpoint log (phase, id, committed ids).
+        tasks: every task that takes part (all but the ackers).
+        spout_tasks: the spout tasks (they start rounds).
+        others: tasks outside the rounds that roll back too (the ackers: their trees).
+        interval_s, timeout_s, min_pause_s: the round period, a round's deadline, the least
+            pause between the end of one round and the start of the next.
+        now: the current monotonic time (s).
+        restarted: this coordinator replaces one that died: roll back at once.
+    """
+
+    def __init__(self, log: CheckpointLog, tasks, spout_tasks, interval_s: float,
+                 timeout_s: float, min_pause_s: float, now: float,
+                 restarted: bool = False, others=()) -> None:
+        self.log = log
+        self.tasks = frozenset(tasks)
+        #: tasks that take no barriers but roll back with the others (the ackers)
+        self.others = frozenset(others)
+        self.spouts = tuple(sorted(spout_tasks))
+        self.interval_s, self.timeout_s, self.min_pause_s = interval_s, timeout_s, min_pause_s
+        phase, cid, committed = log.load()
+        self.committed: list[int] = list(committed)
+        #: the highest checkpoint id ever used (ids never repeat: an aborted round's
+        #: versions are discarded by the restore, and the next round takes a new id)
+        self.last_id = max([cid, *self.committed, 0])
+        self.finished: set[int] = set()
+        self.gen = time.time_ns() if restarted else 0
+        #: the round in flight: its id, start time and the tasks that reported
+        self.round: int | None = None
+        self.round_started = 0.0
+        self.reported: set[int] = set()
+        #: during a rollback: the tasks that have not yet paused (None: no rollback)
+        self.waiting: set[int] | None = None
+        self.next_due = now + interval_s
+        self.rollbacks = 0
+        self.completed = 0
+        self.failed_rounds = 0
+        self.last_duration_s: float | None = None
+        self._recover = restarted or phase == PREPARING
+
+    @property
+    def last_committed(self) -> int | None:
+        return self.committed[-1] if self.committed else None
+
+    def live(self) -> tuple[int, ...]:
+        """The tasks in the rounds that have not ended."""
+        return tuple(sorted(self.tasks - self.finished))
+
+    def _all_live(self) -> tuple[int, ...]:
+        return tuple(sorted((self.tasks | self.others) - self.finished))
+
+    # -- events ------------------------------------------------------------------------------
+    def start(self, now: float) -> list[Action]:
+        """The first step: a coordinator that restarted, or whose log shows a round that
+        was preparing, rolls the topology back to the last committed checkpoint."""
+        if self._recover:
+            self._recover = False
+            if self.round is None and self.last_id > (self.last_committed or 0):
+                logger.warning("checkpoint %d was preparing when the coordinator stopped: "
+                               "rolled back to %s", self.last_id, self.last_committed)
+            return self._rollback(now, "the checkpoint coordinator restarted")
+        return []
+
+    def tick(self, now: float) -> list[Action]:
+        """Start a round when one is due; fail a round past its deadline."""
+        if self.waiting is not None:
+            return []
+        if self.round is not None:
+            if now - self.round_started > self.timeout_s:
+                self.failed_rounds += 1
+                return self._rollback(now, f"checkpoint {self.round} timed out after "
+                                           f"{self.timeout_s:g} s")
+            return []
+        if now < self.next_due or not self.live():
+            return []
+        spouts = tuple(t for t in self.spouts if t not in self.finished)
+        if not spouts:
+            return []
+        self.last_id += 1
+        self.round, self.round_started, self.reported = self.last_id, now, set()
+        self.log.record(PREPARING, self.round)
+        return [Action("trigger", spouts, (self.gen, self.round))]
+
+    def prepared(self, task: int, checkpoint_id: int, gen: int, now: float) -> list[Action]:
+        """``task`` snapshotted its state for ``checkpoint_id`` (stale reports ignored)."""
+        if gen != self.gen or checkpoint_id != self.round or self.waiting is not None:
+            return []
+        self.reported.add(task)
+        return self._maybe_commit(now)
+
+    def _maybe_commit(self, now: float) -> list[Action]:
+        if self.round is None or not self.tasks - self.finished <= self.reported:
+            return []
+        cid = self.round
+        self.log.record(COMMITTED, cid)  # the commit point
+        self.committed = (self.committed + [cid])[-2:]
+        self.round = None
+        self.completed += 1
+        self.last_duration_s = now - self.round_started
+        self.next_due = max(self.round_started + self.interval_s, now + self.min_pause_s)
+        return [Action("commit", self.live(), (cid,))]
+
+    def failed(self, task: int, reason: str, now: float) -> list[Action]:
+        """``task`` reports a failure (a failed or timed-out tuple tree, a corrupt
+        checkpoint): roll back."""
+        return self._rollback(now, f"task {task}: {reason}")
+
+    def restarted(self, task: int, now: float) -> tuple[int, int | None, list[Action]]:
+        """``task``'s actor was restarted by Ray: roll every task back. Returns the new
+        generation and the checkpoint the task restores (it pauses after restoring)."""
+        actions = self._rollback(now, f"task {task} restarted")
+        return self.gen, self.last_committed, actions
+
+    def paused(self, task: int, gen: int, now: float) -> list[Action]:
+        """``task`` has rolled back for generation ``gen`` and waits; once all have, they
+        resume."""
+        if gen != self.gen:
+            return []
+        if self.waiting is None:  # resumed already: its resume was lost, send it again
+            return [Action("resume", (task,), (gen,))]
+        self.waiting.discard(task)
+        return self._maybe_resume(now)
+
+    def _maybe_resume(self, now: float) -> list[Action]:
+        if self.waiting is None or self.waiting - self.finished:
+            return []
+        self.waiting = None
+        self.next_due = now + self.min_pause_s
+        return [Action("resume", self._all_live(), (self.gen,))]
+
+    def ended(self, task: int, now: float) -> list[Action]:
+        """``task`` ended its stream (a finite input, a drain): it takes part no more."""
+        self.finished.add(task)
+        if self.waiting is not None:
+            return self._maybe_resume(now)
+        return self._maybe_commit(now)
+
+    def request(self, now: float) -> None:
+        """Start the next round as soon as possible (a spout that has emitted everything
+        needs its final checkpoint)."""
+        self.next_due = now
+
+    def _rollback(self, now: float, why: str) -> list[Action]:
+        if self.round is not None:  # its versions are discarded by the tasks' restore
+            self.log.record(COMMITTED, self.last_committed or 0)
+        self.round = None
+        self.gen = max(time.time_ns(), self.gen + 1)
+        self.rollbacks += 1
+        self.waiting = set(self._all_live())
+        logger.warning("rolling back to checkpoint %s (generation %d): %s",
+                       self.last_committed, self.gen, why)
+        return [Action("rollback", self._all_live(), (self.gen, self.last_committed))]
+
+    def corrupt(self, task: int, checkpoint_id: int, now: float) -> list[Action]:
+        """``task`` found checkpoint ``checkpoint_id`` corrupt: it is given up (with every
+        later one) and the topology rolls back to the one before."""
+        logger.warning("task %d: checkpoint %d is corrupt; rolling back to the one before",
+                       task, checkpoint_id)
+        self.committed = [c for c in self.committed if c < checkpoint_id]
+        self.log.record(COMMITTED, self.last_committed or 0)
+        return self._rollback(now, f"task {task} found checkpoint {checkpoint_id} corrupt")
+
+    def state(self) -> dict:
+        """Figures for ``stats()``: ids, phase, counts, the last round's duration (ms)."""
+        return {"last_committed": self.last_committed, "in_flight": self.round,
+                "generation": self.gen, "rolling_back": self.waiting is not None,
+                "completed": self.completed, "rollbacks": self.rollbacks,
+                "failed_rounds": self.failed_rounds, "ended_tasks": sorted(self.finished),
+                "last_duration_ms": (None if self.last_duration_s is None
+                                     else round(self.last_duration_s * 1000, 3))}
+
+
+def checkpoint_coordinator_name(prefix: str) -> str:
+    """The Ray actor name of the checkpoint coordinator of the submit named ``prefix``."""
+    return f"{prefix}-checkpoints"
+
+
+def _ray_actor():
+    import ray
+
+    @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0,
+                concurrency_groups={"io": 1})
+    class CheckpointCoordinator:
+        """The coordinator's actor: one thread runs :class:`CoordinatorCore` (a lock
+        serialises its calls and the timer), messages to executors are fire-and-forget
+        actor calls by name.
+
+        Args:
+            prefix: the submit's actor-name prefix.
+            topology_name, conf: for the provider.
+            tasks: task id → the actor-name task of its actor (a chained task's host).
+            spout_tasks: the spout tasks.
+        """
+
+        def __init__(self, prefix: str, topology_name: str, conf: dict, tasks: dict,
+                     spout_tasks, ackers=()) -> None:
+            from actors._routing import TASK, actor_name
+            from actors._store import first_start
+            from actors.state.providers import make_provider
+
+            logging.basicConfig(level=logging.INFO)
+            self._prefix = prefix
+            self._hosts = {int(t): int(h) for t, h in tasks.items()}
+            self._handles: dict = {}
+            self._actor_name = lambda t: actor_name(prefix, TASK, t)
+            self.provider = make_provider(conf, topology_name, prefix)
+            restarted = not first_start(prefix, "checkpoints")
+            self._lock = threading.Lock()
+            now = time.monotonic()
+            self.core = CoordinatorCore(
+                self.provider.checkpoint_log(),
+                [t for t in self._hosts if t not in set(ackers)], spout_tasks,
+                conf["topology.state.checkpoint.interval.ms"] / 1000.0,
+                float(conf["topology.state.checkpoint.timeout.secs"]),
+                conf["topology.state.checkpoint.min.pause.ms"] / 1000.0, now, restarted,
+                [t for t in self._hosts if t in set(ackers)])
+            self._stopped = False
+            self._started = False
+
+        def _handle(self, task: int):
+            host = self._hosts.get(task, task)
+            h = self._handles.get(host)
+            if h is None:
+                h = self._handles[host] = ray.get_actor(self._actor_name(host))
+            return h
+
+        def _send(self, actions: list) -> None:
+            for a in actions:
+                for t in a.tasks:
+                    try:
+                        self._handle(t).checkpoint.remote(a.kind, t, *a.args)
+                    except Exception as e:  # an actor being restarted: it rejoins itself
+                        logger.warning("checkpoint %s to task %d not sent: %s", a.kind, t, e)
+
+        def start(self) -> None:
+            """Start the round timer (once every executor runs)."""
+            if self._started:
+                return
+            self._started = True
+            with self._lock:
+                self._send(self.core.start(time.monotonic()))
+            threading.Thread(target=self._timer, daemon=True, name="checkpoints").start()
+
+        def _timer(self) -> None:
+            while not self._stopped:
+                with self._lock:
+                    self._send(self.core.tick(time.monotonic()))
+                time.sleep(min(0.05, self.core.interval_s / 4))
+
+        def prepared(self, task: int, checkpoint_id: int, gen: int) -> None:
+            with self._lock:
+                self._send(self.core.prepared(task, checkpoint_id, gen, time.monotonic()))
+
+        def paused(self, task: int, gen: int) -> None:
+            with self._lock:
+                self._send(self.core.paused(task, gen, time.monotonic()))
+
+        def failed(self, task: int, reason: str) -> None:
+            with self._lock:
+                self._send(self.core.failed(task, reason, time.monotonic()))
+
+        def restarted(self, task: int) -> tuple:
+            """A restarted executor asks what to restore: ``(gen, checkpoint id)``."""
+            with self._lock:
+                gen, cid, actions = self.core.restarted(task, time.monotonic())
+                self._send([a._replace(tasks=tuple(t for t in a.tasks
+                                                   if self._hosts.get(t, t) != task))
+                            for a in actions])
+                return gen, cid
+
+        def corrupt(self, task: int, checkpoint_id: int) -> None:
+            with self._lock:
+                self._send(self.core.corrupt(task, checkpoint_id, time.monotonic()))
+
+        def ended(self, task: int) -> None:
+            with self._lock:
+                self._send(self.core.ended(task, time.monotonic()))
+
+        def request(self) -> None:
+            with self._lock:
+                self.core.request(time.monotonic())
+
+        def state(self) -> dict:
+            with self._lock:
+                return self.core.state()
+
+        def stop(self, delete: bool = False) -> None:
+            """Stop the timer; with ``delete``, remove the submit's checkpoints."""
+            self._stopped = True
+            if delete:
+                self.provider.delete()
+
+    return CheckpointCoordinator
+
+
+_ACTOR = None
+
+
+def checkpoint_coordinator_class():
+    """The Ray actor class :class:`CheckpointCoordinator` (made on first use, so this
+    module imports without Ray)."""
+    global _ACTOR
+    if _ACTOR is None:
+        _ACTOR = _ray_actor()
+    return _ACTOR

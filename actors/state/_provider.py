@@ -1,0 +1,88 @@
+"""State providers: where checkpoints are kept (``topology.state.provider``).
+
+A provider gives each task a :class:`TaskStore` (its versioned key-value checkpoints) and
+the checkpoint coordinator a :class:`CheckpointLog` (the round's id and phase, durable, so a
+restarted coordinator rolls back or forward: Storm's ``CheckPointState``). Versions: the
+store keeps, per key, the value written at each checkpoint id (a delta: only changed keys),
+so the state as of checkpoint N is, per key, the latest version at or below N.
+
+Pure (no Ray): the tests and the offline reader (:func:`read_state`) use it without Ray.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+#: phases of a round, as the coordinator records them (Storm's CheckPointState:
+#: COMMITTED → PREPARING → COMMITTING → COMMITTED)
+COMMITTED, PREPARING, COMMITTING = "committed", "preparing", "committing"
+
+
+class CorruptCheckpoint(Exception):
+    """A checkpoint's stored data fails its check (named with its path and id)."""
+
+    def __init__(self, path: str, checkpoint_id: int, why: str) -> None:
+        super().__init__(f"checkpoint {checkpoint_id} at {path} is corrupt: {why}")
+        self.path = path
+        self.checkpoint_id = checkpoint_id
+
+
+class TaskStore(ABC):
+    """One task's checkpoints. Keys and values are bytes (the codec's); each entry carries
+    its key group, so a later restore at another parallelism can take whole groups."""
+
+    @abstractmethod
+    def prepare(self, checkpoint_id: int, puts: list[tuple[int, bytes, bytes]],
+                deletes: list[tuple[int, bytes]]) -> None:
+        """Write checkpoint ``checkpoint_id``'s changes durably, atomically: ``puts``
+        ``(key_group, key, value)``, ``deletes`` ``(key_group, key)``. Writing the same id
+        again replaces what that id held (idempotent). Blocks for the write."""
+
+    @abstractmethod
+    def restore(self, checkpoint_id: int | None,
+                groups: range | None = None) -> dict[bytes, bytes]:
+        """The state as of ``checkpoint_id`` (key → value; only keys of ``groups`` when
+        given), after discarding every version above it (a rolled-back round's). None:
+        no checkpoint committed yet, everything is discarded and the state is empty.
+
+        Raises:
+            CorruptCheckpoint: the data of that checkpoint fails its check.
+        """
+
+    @abstractmethod
+    def collect(self, keep_from: int) -> None:
+        """Drop what no restore of a checkpoint ``>= keep_from`` needs."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release files and connections (the data stays)."""
+
+
+class CheckpointLog(ABC):
+    """The coordinator's durable record of rounds."""
+
+    @abstractmethod
+    def load(self) -> tuple[str, int, list[int]]:
+        """``(phase, checkpoint id of that phase, committed ids ascending)``; a new log
+        gives ``(COMMITTED, 0, [])``."""
+
+    @abstractmethod
+    def record(self, phase: str, checkpoint_id: int) -> None:
+        """Durably set the phase (``COMMITTED`` appends ``checkpoint_id`` to the committed
+        ids, keeping the last two)."""
+
+
+class StateProvider(ABC):
+    """The checkpoints of one submit of one topology."""
+
+    @abstractmethod
+    def task_store(self, component: str, task: int) -> TaskStore:
+        """The store of ``task`` of ``component`` (created empty if new)."""
+
+    @abstractmethod
+    def checkpoint_log(self) -> CheckpointLog:
+        """The coordinator's log."""
+
+    @abstractmethod
+    def delete(self) -> None:
+        """Delete everything this submit stored (``kill``)."""

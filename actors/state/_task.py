@@ -1,0 +1,360 @@
+"""One task's side of checkpointing: barriers, alignment, snapshots, commit and rollback.
+
+Runs on the task's executor thread (its chain host's for a chained task), driven by the
+executor loops: :meth:`TaskCheckpoint.poll` applies what the coordinator sent (queued by
+the control thread), :meth:`TaskCheckpoint.on_barrier` aligns a bolt's inputs.
+
+Alignment (Flink's ``CheckpointBarrierHandler``, aligned mode): once barrier N came from
+an input channel, that channel's later elements are parked, not processed, until barrier
+N has come from every open input; the receive thread is never blocked (one thread serves
+every channel, so blocking it would hold the barriers that alignment waits for). Instead
+the channel's acknowledgements stop (``Inbound.hold``): its sender runs out of credit
+within ``topology.transfer.max.inflight.batches`` frames, and the credit is sent back by a
+separate call once aligned. Parked elements are therefore bounded.
+
+Rollback (Flink's global failover): the receiving side drops every frame of an earlier
+epoch from the moment the rollback message arrives (``Inbound.begin_rollback``: frames
+carry their sender's epoch, and after a rollback senders use one at least the new
+generation); the executor thread drops its queue, pending emits, partial batches,
+parked elements and tuple trees, restores the state of the last committed checkpoint,
+rewinds or fails its spout's tuples, reports that it paused, and waits for the resume.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from actors._codec import decode_key, encode_value
+from actors._streams import BARRIER_STREAM, DRAINED_STREAM, EOS_STREAM, FLUSH
+from actors.state._provider import CorruptCheckpoint, TaskStore
+from topology import StormTopology
+from topology._keygroups import key_group_count, key_group_range, state_key_group
+from topology._state import KeyValueState, StatefulBolt, StatefulSpout, _Stateful
+
+if TYPE_CHECKING:
+    from actors._executor import ExecutorCore
+
+logger = logging.getLogger("storm_on_ray.checkpoint")
+
+#: the coordinator's messages to a task
+_KINDS = ("trigger", "commit", "rollback", "resume")
+#: the end markers a rollback keeps (an upstream that ended stays ended)
+_MARKERS = (EOS_STREAM, DRAINED_STREAM)
+
+
+def is_stateful(obj: Any) -> bool:
+    """True for a component whose state is checkpointed."""
+    return isinstance(obj, _Stateful)
+
+
+def checkpointed(topology: StormTopology) -> bool:
+    """True when the topology runs checkpoints: some bolt is stateful (a stateful spout
+    alone keeps its position only where checkpoints run)."""
+    return any(not spec.is_spout and is_stateful(spec.obj)
+               for spec in topology.components.values())
+
+
+def keyed_state(topology: StormTopology, component: str, task: int, conf: dict
+                ) -> tuple[Callable[[Any], int] | None, range | None]:
+    """The state key → key group function and the groups that ``task`` owns, for a
+    stateful bolt whose every input is a fields grouping on the same number of fields
+    (its state is keyed: a key is the grouped value, or the tuple of them); ``(None,
+    None)`` otherwise (per-task state)."""
+    spec = topology.components[component]
+    if spec.is_spout or not spec.inputs or not is_stateful(spec.obj):
+        return None, None
+    arities = {len(g.fields) if g.kind == "fields" and g.fields else 0 for g in spec.inputs}
+    if len(arities) != 1 or 0 in arities:
+        return None, None
+    arity = arities.pop()
+    groups = key_group_count(conf)
+    tasks = list(topology.component_tasks[component])
+    owned = key_group_range(tasks.index(task), len(tasks), groups)
+    return (lambda key: state_key_group(key, arity, groups)), owned
+
+
+def clear_ledger(ledger) -> None:
+    """Forget every tree and held acking value of a task's ledger (a rollback)."""
+    if ledger is None:
+        return
+    ledger.take_messages()
+    for name in ("trees", "acks_due", "fails_due"):
+        v = getattr(ledger, name, None)
+        if v is not None:
+            v.clear()
+
+
+class TaskCheckpoint:
+    """A task's checkpointing (executor thread, except :meth:`request`).
+
+    Args:
+        core: the task's executor.
+        store: the task's store (None for a task without state).
+        key_group: the state key → key group function of a keyed (fields-grouped) bolt.
+        groups: the key groups the task owns (None: per-task state).
+    """
+
+    def __init__(self, core: ExecutorCore, store: TaskStore | None,
+                 key_group: Callable[[Any], int] | None = None,
+                 groups: range | None = None, inbox: deque | None = None) -> None:
+        self.core = core
+        self.store = store
+        self.obj = core.obj
+        self.stateful = is_stateful(core.obj)
+        self.is_spout = core.is_spout
+        self.state = (KeyValueState(component=core.component_id, task=core.task_id,
+                                    key_group=key_group, groups=groups)
+                      if self.stateful else None)
+        self.gen = 0
+        #: coordinator messages received, by kind
+        self.received: dict[str, int] = {}
+        #: what the coordinator sent, for the executor thread: (task's checkpoint, kind,
+        #: args); one inbox per executor thread (a chain's tasks share their host's)
+        self.inbox: deque = deque() if inbox is None else inbox
+        #: rolled back, waiting for the resume of generation ``gen``
+        self.paused = False
+        self.last_committed: int | None = None
+        # bolts: the round being aligned, the inputs whose barrier came, parked elements
+        self.aligning: int | None = None
+        self.seen: set[int] = set()
+        self.parked: list = []
+        # spouts: msg ids emitted since the last barrier, and per earlier barrier
+        self.msgs: list = []
+        self.rounds: deque = deque()
+        if self.is_spout:
+            core.collector.msg_log = self.msgs
+        #: hooks set by the actor: report(method, *args) to the coordinator;
+        #: grant(src_task, epoch, ack) credit to a sender; reset_sinks(gen)
+        self.report: Callable[..., None] = lambda *a: None
+        self.grant: Callable[[int, int, int], None] = lambda *a: None
+        self.reset_sinks: Callable[[int], None] = lambda gen: None
+        self._failure_reported = -1
+        # spouts: the end of a finite input waits for a checkpoint after its last tuple
+        self.awaiting_final = False
+        self.final_barrier: int | None = None
+        #: set by a rollback that restored a spout's position (the loop starts again)
+        self.rewound = False
+        # figures
+        self.checkpoints = 0
+        self.rollbacks = 0
+        self.last_snapshot_ms: float | None = None
+        self.last_keys_written = 0
+        self.parked_max = 0
+
+    # -- start ------------------------------------------------------------------------------
+    def open(self, gen: int, checkpoint_id: int | None, paused: bool) -> None:
+        """After ``open``/``prepare``: restore ``checkpoint_id`` (None: empty) and call
+        ``init_state``. ``paused``: a restarted task, which reports and waits for the
+        resume before its first tuple."""
+        self.gen = gen
+        if paused:  # every sender starts anew after the rollback: its first frame is seq 0
+            self.core.inbound.begin_rollback(gen)
+        if self.stateful:
+            self._restore(checkpoint_id)
+            self.obj.init_state(self.state)
+        self.last_committed = checkpoint_id
+        if paused:  # reported by the executor loop once the actor is up (a call to an
+            self.paused = True  # actor still in its constructor fails: the resume would)
+
+    def _restore(self, checkpoint_id: int | None) -> None:
+        entries = self.store.restore(checkpoint_id, self.state._groups)
+        self.state.replace({decode_key(k): v for k, v in entries.items()})
+
+    # -- control thread ----------------------------------------------------------------------
+    def request(self, kind: str, args: tuple) -> None:
+        """Queue a coordinator message (control thread); a rollback starts at once on the
+        receiving side (frames of older epochs are dropped from now on)."""
+        if kind not in _KINDS:
+            raise ValueError(f"unknown checkpoint message {kind!r}")
+        if kind == "rollback" and args[0] > self.gen:
+            self.core.inbound.begin_rollback(args[0])
+        self.received[kind] = self.received.get(kind, 0) + 1
+        self.inbox.append((self, kind, args))
+        self.core.wakeup.set()
+
+    # -- executor thread ---------------------------------------------------------------------
+    def apply(self, kind: str, args: tuple) -> None:
+        """Apply one coordinator message (executor thread)."""
+        getattr(self, "_on_" + kind)(*args)
+
+    def want_final(self) -> None:
+        """A spout has emitted everything: ask for a checkpoint now (once)."""
+        if not self.awaiting_final:
+            self.awaiting_final = True
+            self.report("request")
+
+    def final_committed(self) -> bool:
+        """True once a checkpoint whose barrier followed the spout's last tuple has
+        committed: its stream may end."""
+        return (self.final_barrier is not None and self.last_committed is not None
+                and self.last_committed >= self.final_barrier)
+
+    def _on_trigger(self, gen: int, checkpoint_id: int) -> None:
+        if gen != self.gen or self.paused or not self.is_spout:
+            return
+        if self.awaiting_final and self.final_barrier is None:
+            self.final_barrier = checkpoint_id
+        self.snapshot(checkpoint_id)
+        self.rounds.append((checkpoint_id, self.msgs))
+        self.msgs = self.core.collector.msg_log = []
+        self.core.send_barrier(checkpoint_id)
+
+    def _on_commit(self, checkpoint_id: int) -> None:
+        if self.last_committed is not None and checkpoint_id <= self.last_committed:
+            return
+        prev, self.last_committed = self.last_committed, checkpoint_id
+        if self.stateful:
+            self._user("pre_commit", checkpoint_id)
+            if prev is not None:
+                self.store.collect(prev)
+        if self.is_spout:
+            self._ack_rounds(checkpoint_id)
+
+    def _ack_rounds(self, upto: int) -> None:
+        """The spout's ``ack`` for every tuple emitted before barrier ``upto``."""
+        acks = []
+        while self.rounds and self.rounds[0][0] <= upto:
+            acks.extend(self.rounds.popleft()[1])
+        if acks:
+            self.core.user_acks(acks)
+
+    def _on_rollback(self, gen: int, checkpoint_id: int | None) -> None:
+        if gen <= self.gen:
+            return
+        core = self.core
+        self.gen = gen
+        self.rollbacks += 1
+        self.aligning, self.seen, self.parked = None, set(), []
+        core.blocked = frozenset()
+        core.clear_io()
+        clear_ledger(core.ledger)
+        self.reset_sinks(gen)
+        if self.is_spout:
+            if checkpoint_id is not None:
+                self._ack_rounds(checkpoint_id)
+            after = [m for _, ms in self.rounds for m in ms] + self.msgs
+            self.rounds.clear()
+            self.msgs = core.collector.msg_log = []
+            if not self.final_committed():
+                self.awaiting_final, self.final_barrier = False, None
+            core._fails_since_exhausted = True  # the loop calls next_tuple again
+            if not self.stateful and after:  # a replaying spout: each fails once
+                core.user_fails(after, "rolled back")
+        if self.stateful:
+            self._user("pre_rollback")
+            try:
+                self._restore(checkpoint_id)
+            except CorruptCheckpoint as e:
+                logger.warning("%s:%d: %s", core.component_id, core.task_id, e)
+                self.report("corrupt", core.task_id, e.checkpoint_id)
+                self.paused = True
+                return
+            if self.is_spout:  # rewind: the spout reads its position again
+                self._user("init_state", self.state)
+                self.rewound = True
+        self.last_committed = checkpoint_id
+        self.paused = True
+        self.report("paused", core.task_id, gen)
+
+    def _on_resume(self, gen: int) -> None:
+        if gen == self.gen and self.paused:
+            self.paused = False
+
+    def _user(self, hook: str, *args) -> None:
+        try:
+            getattr(self.obj, hook)(*args)
+        except Exception as e:  # user code: reported; the checkpoint goes on
+            self.core.errors.report(e, hook)
+
+    def snapshot(self, checkpoint_id: int) -> None:
+        """Write this task's changes for ``checkpoint_id`` and report it prepared."""
+        core = self.core
+        t0 = time.perf_counter()
+        if self.stateful:
+            self._user("pre_prepare", checkpoint_id)
+            state = self.state
+            puts, deletes = state.take_changes()
+            kg = state.key_group_of
+            self.store.prepare(
+                checkpoint_id,
+                [(kg(k), encode_value(k), v) for k, v in puts],
+                [(kg(k), encode_value(k)) for k in deletes])
+            self.last_keys_written = len(puts) + len(deletes)
+        self.checkpoints += 1
+        self.last_snapshot_ms = (time.perf_counter() - t0) * 1000
+        self.report("prepared", core.task_id, checkpoint_id, self.gen)
+
+    def failed(self, reason: str) -> None:
+        """A failure seen here (a failed or timed-out tree): one report per generation."""
+        if self._failure_reported != self.gen:
+            self._failure_reported = self.gen
+            self.report("failed", self.core.task_id, reason)
+
+    # -- alignment (bolts) -------------------------------------------------------------------
+    def on_barrier(self, src: int, values) -> None:
+        """Barrier ``values[0]`` from input task ``src``: block that channel; once every
+        open input's barrier came, snapshot, forward it, report, release."""
+        if not values or not isinstance(values[0], int):
+            self.core.count_bad_frame()
+            return
+        cid = values[0]
+        if self.paused:
+            return
+        if self.aligning is None:
+            self.aligning, self.seen = cid, {src}
+        elif cid == self.aligning:
+            self.seen.add(src)
+        else:  # a barrier of another round: this channel lost frames; the round fails
+            self.core.count_bad_frame()
+            return
+        core = self.core
+        core.blocked = frozenset(self.seen)
+        core.inbound.hold(src)
+        self.check_aligned()
+
+    def check_aligned(self) -> None:
+        """Complete the alignment when every open input's barrier came (an input that
+        ends counts as aligned)."""
+        if self.aligning is None:
+            return
+        core = self.core
+        if not (core.upstream_open - core.back_sources) <= self.seen:
+            return
+        cid = self.aligning
+        self.snapshot(cid)
+        core.send_barrier(cid)
+        self.aligning, self.seen = None, set()
+        core.blocked = frozenset()
+        for src, epoch, ack in core.inbound.release():
+            self.grant(src, epoch, ack)
+        parked, self.parked = self.parked, []
+        for el in parked:
+            core.handle(el)
+
+    def park(self, el) -> None:
+        self.parked.append(el)
+        if len(self.parked) > self.parked_max:
+            self.parked_max = len(self.parked)
+
+    def stats(self) -> dict:
+        return {"checkpoints": self.checkpoints, "rollbacks": self.rollbacks,
+                "received": dict(self.received),
+                "last_committed": self.last_committed, "generation": self.gen,
+                "paused": self.paused, "aligning": self.aligning,
+                "parked": len(self.parked), "parked_max": self.parked_max,
+                "last_snapshot_ms": self.last_snapshot_ms,
+                "last_keys_written": self.last_keys_written,
+                "state_keys": len(self.state) if self.state is not None else None}
+
+
+def is_marker(el) -> bool:
+    """An element a rollback keeps: an upstream's end marker."""
+    return el is not FLUSH and el[1] in _MARKERS
+
+
+__all__ = ["TaskCheckpoint", "checkpointed", "is_stateful", "clear_ledger",
+           "BARRIER_STREAM", "StatefulBolt", "StatefulSpout"]

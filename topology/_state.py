@@ -1,0 +1,197 @@
+"""Checkpointed state: Storm's ``StatefulBolt`` and ``KeyValueState``, in snake_case.
+
+A stateful component keeps what it must not lose in a :class:`KeyValueState` instead of
+Python attributes. The runtime snapshots it at each checkpoint (barriers in line with the
+data and aligned, as in Flink: Carbone et al., "Lightweight Asynchronous Snapshots for
+Distributed Dataflows", 2015), and after a failure restores every task to the last
+committed checkpoint, so the state counts each input exactly once (docs/state.md gives the
+guarantee per source and acking setting).
+
+Storm's protocol (``StatefulBoltExecutor``, Storm's docs "State Checkpointing"): ``init_state``
+once after ``prepare`` with the task's restored state, before any ``execute``; then, per
+checkpoint, ``pre_prepare(id)`` before the snapshot and ``pre_commit(id)`` when the round
+commits; ``pre_rollback()`` before a rollback replaces the state's contents with the last
+committed checkpoint's.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from topology._components import Bolt, Spout
+
+#: the scalar types a state key may be made of (or tuples of them)
+KEY_TYPES = (str, int, float, bool, type(None), bytes, _dt.datetime, _dt.date,
+             decimal.Decimal)
+
+
+class StateError(ValueError):
+    """A state key or value the state cannot keep, or a key outside the task's key
+    groups; the message names the component, task and key."""
+
+
+def _codec() -> tuple[Callable, Callable]:
+    from actors._codec import decode_value, encode_value  # the project's one codec
+    return encode_value, decode_value
+
+
+def _check_key(key: Any) -> None:
+    if isinstance(key, tuple):
+        if all(isinstance(k, KEY_TYPES) for k in key):
+            return
+    elif isinstance(key, KEY_TYPES):
+        return
+    raise TypeError(f"state keys are str, int, float, bool, None, bytes, datetime, date, "
+                    f"Decimal or tuples of these, not {type(key).__name__}")
+
+
+class KeyValueState:
+    """A task's key-value state (Storm's ``KeyValueState``).
+
+    ``KeyValueState()`` with no arguments is a standalone in-memory state (unit tests of a
+    bolt); the runtime gives each stateful task its own, restored from its checkpoints.
+
+    Values are encoded with the wire codec at :meth:`put` (msgpack types, datetime, date,
+    time, Decimal, Arrow), so :meth:`get` returns a copy: change a value, then put it
+    again. Keys: ``str``, ``int``, ``float``, ``bool``, ``None``, ``bytes``, ``datetime``,
+    ``date``, ``Decimal`` or tuples of these. Keys changed since the last checkpoint are
+    tracked, so a checkpoint writes only those.
+
+    In a fields-grouped bolt the state is keyed: each key belongs to a key group (the
+    router's hash of the grouping's values: the key is the grouped field's value, or the
+    tuple of the grouped fields' values), and a task may keep only the keys that the
+    grouping sends to it.
+
+    Not thread-safe: the executor thread (the one calling ``execute``) owns it.
+    """
+
+    def __init__(self, *, component: str = "", task: int = -1,
+                 key_group: Callable[[Any], int] | None = None,
+                 groups: range | None = None) -> None:
+        self.component = component
+        self.task = task
+        self._key_group = key_group
+        self._groups = groups
+        self._encode, self._decode = _codec()
+        self._data: dict[Any, bytes] = {}
+        self._dirty: set = set()
+
+    def _where(self, key: Any) -> str:
+        who = f"component {self.component!r} task {self.task}: " if self.component else ""
+        return f"{who}state key {key!r:.80}"
+
+    def put(self, key: Any, value: Any) -> None:
+        """Set ``key`` to ``value`` (encoded now).
+
+        Raises:
+            StateError: ``key`` is not of a key type, ``value`` cannot be encoded, or
+                ``key`` belongs to a key group of another task (a keyed state).
+        """
+        try:
+            _check_key(key)
+            data = self._encode(value)
+        except TypeError as e:
+            raise StateError(f"{self._where(key)}: {e}") from None
+        if self._groups is not None and key not in self._data:
+            g = self._key_group(key)
+            if g not in self._groups:
+                raise StateError(
+                    f"{self._where(key)} is in key group {g}, which this task does not own "
+                    f"(it owns groups {self._groups.start}-{self._groups.stop - 1}): keyed "
+                    f"state may hold only keys that the fields grouping sends to the task")
+        self._data[key] = data
+        self._dirty.add(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The value of ``key`` (a fresh copy), or ``default``."""
+        data = self._data.get(key)
+        return default if data is None else self._decode(data)
+
+    def delete(self, key: Any) -> None:
+        """Remove ``key`` (no error if absent)."""
+        if self._data.pop(key, None) is not None:
+            self._dirty.add(key)
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        """``(key, value)`` pairs, in no fixed order (values decoded as iterated)."""
+        decode = self._decode
+        for k, data in list(self._data.items()):
+            yield k, decode(data)
+
+    def keys(self) -> Iterator[Any]:
+        return iter(list(self._data))
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._data
+
+    def __repr__(self) -> str:
+        return f"KeyValueState({len(self._data)} keys, {len(self._dirty)} changed)"
+
+    # -- the runtime's side (actors/state) ---------------------------------------------------
+    def take_changes(self) -> tuple[list[tuple[Any, bytes]], list[Any]]:
+        """The changes since the last call: ``(puts [(key, value bytes)], deleted keys)``;
+        clears the change set."""
+        data, puts, deletes = self._data, [], []
+        for k in self._dirty:
+            v = data.get(k)
+            if v is None:
+                deletes.append(k)
+            else:
+                puts.append((k, v))
+        self._dirty = set()
+        return puts, deletes
+
+    def replace(self, entries: dict[Any, bytes]) -> None:
+        """Replace the whole contents with ``entries`` (key → value bytes), unchanged since
+        (a restore)."""
+        self._data = dict(entries)
+        self._dirty = set()
+
+    def key_group_of(self, key: Any) -> int:
+        """The key group of ``key`` (0 for a state that is not keyed)."""
+        return self._key_group(key) if self._key_group is not None else 0
+
+
+class _Stateful:
+    """The checkpoint hooks a stateful component declares (Storm's ``IStatefulComponent``)."""
+
+    def init_state(self, state: KeyValueState) -> None:
+        """Called with the task's restored state (empty on a first start) after
+        ``prepare``/``open`` and before any ``execute``/``next_tuple``."""
+        raise NotImplementedError
+
+    def pre_prepare(self, checkpoint_id: int) -> None:  # noqa: B027 (optional hook)
+        """Before the state is snapshotted for checkpoint ``checkpoint_id`` (Storm's
+        ``prePrepare``): put what is still held elsewhere into the state."""
+
+    def pre_commit(self, checkpoint_id: int) -> None:  # noqa: B027 (optional hook)
+        """Checkpoint ``checkpoint_id`` has committed (Storm's ``preCommit``)."""
+
+    def pre_rollback(self) -> None:  # noqa: B027 (optional hook)
+        """The state is about to be rolled back to the last committed checkpoint (Storm's
+        ``preRollback``): drop what was derived from the state since."""
+
+
+class StatefulBolt(_Stateful, Bolt):
+    """A bolt whose :class:`KeyValueState` is checkpointed (Storm's ``IStatefulBolt``).
+
+    Implement :meth:`init_state` (keep the state it receives) and ``execute``; keep counts
+    and anything else that must survive a failure in the state. Emits are not part of the
+    state: with exactly-once state, what a bolt emits downstream may be emitted again
+    after a rollback (the sinks' own issue), but the state counts each input once.
+    """
+
+
+class StatefulSpout(_Stateful, Spout):
+    """A spout that keeps its position in its :class:`KeyValueState`: in
+    :meth:`pre_prepare` it puts where it is; :meth:`init_state` is called again after
+    every rollback with the state of the last committed checkpoint, and the spout goes on
+    from the position it finds there (a rewind, Flink's replayable source). The
+    runtime then neither acks nor fails the tuples it rewinds over: the position is the
+    source of truth."""
