@@ -117,14 +117,17 @@ def test_collect_keeps_exactly_what_later_restores_need(provider):
         s.restore(2)
     if isinstance(provider, LocalProvider):
         con = sqlite3.connect(s.path)
-        rows = con.execute("SELECT ver, value IS NULL FROM kv ORDER BY key, ver").fetchall()
-        versions = [v for (v,) in con.execute("SELECT ver FROM versions ORDER BY ver")]
+        base = con.execute("SELECT key, value FROM base ORDER BY key").fetchall()
+        delta = con.execute("SELECT version, key, value IS NULL FROM delta "
+                            "ORDER BY version, key").fetchall()
+        versions = [v for (v,) in con.execute("SELECT version FROM versions")]
+        meta = con.execute("SELECT name, value FROM meta").fetchall()
         con.close()
-        # a@2 ("a"'s latest at or below 3), b@3, c@3 (a delete at 3 stays in 3's record);
-        # "gone"'s tombstone and a@1, b@1, c@1 are gone; nothing above 3 is left after the
-        # restore(3) above
-        assert sorted(rows) == [(2, 0), (3, 0), (3, 1)]
-        assert versions == [3]
+        # base is the state at 3; 3's own rows (b put, c deleted) stay as its record; the
+        # deltas of 1 and 2 are folded in; nothing above 3 is left after the restore(3)
+        assert base == [(k("a"), k(2)), (k("b"), k(3))]
+        assert delta == [(3, k("b"), 0), (3, k("c"), 1)]
+        assert versions == [3] and meta == [("base", 3)]
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -164,9 +167,44 @@ def test_collect_drops_superseded_versions_and_old_tombstones(tmp_path):
     s.prepare(4, puts(("c", 4)), [])
     s.collect(4)
     con = sqlite3.connect(s.path)
-    assert con.execute("SELECT ver FROM kv ORDER BY ver").fetchall() == [(3,), (4,)]
+    assert con.execute("SELECT key, value FROM base ORDER BY key").fetchall() == [
+        (k("a"), k(3)), (k("c"), k(4))]
+    assert con.execute("SELECT DISTINCT version FROM delta").fetchall() == [(4,)]
     con.close()
     assert s.restore(4) == {k("a"): k(3), k("c"): k(4)}
+    p.close()
+
+
+def test_local_base_checkpoint_is_still_checked_and_not_written_again(tmp_path):
+    p = LocalProvider(str(tmp_path), "topo", "s1")
+    s = p.task_store("count", 0)
+    s.prepare(1, puts(("a", 1), ("b", 1)), [])
+    s.prepare(2, puts(("a", 2)), [(0, k("b"))])
+    s.prepare(3, puts(("c", 3)), [])
+    s.collect(2)
+    s.collect(1)  # below the base: nothing to do
+    with pytest.raises(ValueError, match="collected"):
+        s.prepare(2, puts(("a", 5)), [])
+    assert s.restore(3) == {k("a"): k(2), k("c"): k(3)}
+    con = sqlite3.connect(s.path)
+    con.execute("UPDATE versions SET crc = crc + 1 WHERE version = 2")
+    con.commit()
+    con.close()
+    with pytest.raises(CorruptCheckpoint, match="CRC-32"):
+        s.restore(2)
+    assert s.restore(3) == {k("a"): k(2), k("c"): k(3)}  # 3 is not part of the damage
+    p.close()
+
+
+def test_local_database_of_the_rows_layout_is_refused(tmp_path):
+    p = LocalProvider(str(tmp_path), "topo", "s1")
+    path = tmp_path / "topo" / "s1" / "count" / "task-0.db"
+    path.parent.mkdir()
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA user_version=1")
+    con.close()
+    with pytest.raises(StateDirError, match="older storm-on-ray"):
+        p.task_store("count", 0)
     p.close()
 
 
@@ -229,9 +267,9 @@ def test_local_restore_detects_a_corrupt_checkpoint(tmp_path, damage):
     s.prepare(2, puts(("a", 2), ("b", 2)), [])
     s.close()
     con = sqlite3.connect(s.path)
-    con.execute({"crc": "UPDATE versions SET crc = crc + 1 WHERE ver = 2",
-                 "value": "UPDATE kv SET value = X'07' WHERE ver = 2 AND key = X'A161'",
-                 "count": "DELETE FROM kv WHERE ver = 2 AND key = X'A162'"}[damage])
+    con.execute({"crc": "UPDATE versions SET crc = crc + 1 WHERE version = 2",
+                 "value": "UPDATE delta SET value = X'07' WHERE version = 2 AND key = X'A161'",
+                 "count": "DELETE FROM delta WHERE version = 2 AND key = X'A162'"}[damage])
     con.commit()
     con.close()
     s = p.task_store("count", 0)
@@ -438,7 +476,7 @@ def test_read_state_beside_a_writer_sees_the_committed_checkpoint(tmp_path):
 def test_read_state_falls_back_from_a_corrupt_checkpoint(tmp_path, caplog):
     root = _written(tmp_path)
     con = sqlite3.connect(root / "when" / "task-0.db")
-    con.execute("UPDATE versions SET crc = crc + 1 WHERE ver = 2")
+    con.execute("UPDATE versions SET crc = crc + 1 WHERE version = 2")
     con.commit()
     con.close()
     with caplog.at_level(logging.WARNING, logger="actors.state.providers"):

@@ -17,11 +17,16 @@ Layout of the local provider, one directory per submit of a topology::
 
 (a component id is percent-quoted where it could not stand as one directory name).
 
-Each task database holds every version a checkpoint wrote (the keys that changed in that
-round, deletes as tombstones) and, per checkpoint, the number of its entries and a CRC-32
-over them, so a restore detects a damaged checkpoint instead of loading it. The log is the
-coordinator's record of the round's phase (Storm's ``CheckPointState``: committed,
-preparing, committing) and of the last committed ids.
+Each task database is a **base + delta** layout, the one ``benchmarks/state_store.py``
+measured best for SQLite (``docs/state.md``, "Storage"): ``base`` holds the state as of the
+oldest checkpoint still restorable (the id in ``meta``; empty until the first collection),
+``delta`` the keys each newer checkpoint changed, keyed ``(version, key)`` (a delete is a
+row without a value), so a checkpoint appends its rows and garbage collection folds old
+deltas into ``base``. Every
+entry carries its key group; per checkpoint, ``versions`` holds the number of its entries
+and a CRC-32 over them, so a restore detects a damaged checkpoint instead of loading it.
+The log is the coordinator's record of the round's phase (Storm's ``CheckPointState``:
+committed, preparing, committing) and of the last committed ids.
 
 :func:`read_state` reads a submit's directory without changing it (a user's tool, and the
 ``storm-on-ray state`` command). This module does not import Ray.
@@ -70,13 +75,15 @@ MARKER = ".storm-on-ray-topology"
 LOG_FILE = "_checkpoints.db"
 #: how long a writer waits for another connection's lock on the same database (seconds)
 BUSY_TIMEOUT_S = 30.0
-#: the schema version of the local provider's databases (``PRAGMA user_version``)
-SCHEMA_VERSION = 1
+#: the schema version of the local provider's databases (``PRAGMA user_version``); 2: task
+#: databases in base + delta (1, rows keyed ``(key, version)``, is refused)
+SCHEMA_VERSION = 2
 
 _PHASES = (COMMITTED, PREPARING, COMMITTING)
 #: how many committed ids the log keeps (the last, and the one before to fall back to)
 _KEEP_COMMITTED = 2
 _ENTRY = struct.Struct(">qqq")  # key group, key length, value length (-1: a delete)
+_NO_BASE = -(2 ** 63)  # below every checkpoint id (SQLite's smallest integer)
 
 
 class StateDirError(ValueError):
@@ -275,13 +282,13 @@ class MemoryProvider(StateProvider):
 # -- local (SQLite) -------------------------------------------------------------------------------
 
 _TASK_SCHEMA = """
-CREATE TABLE IF NOT EXISTS kv (
-    key BLOB NOT NULL, ver INTEGER NOT NULL, grp INTEGER NOT NULL,
+CREATE TABLE IF NOT EXISTS base (  -- the state as of meta 'base'
+    key BLOB PRIMARY KEY, grp INTEGER NOT NULL, value BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS delta (  -- the keys each checkpoint changed
+    version INTEGER NOT NULL, key BLOB NOT NULL, grp INTEGER NOT NULL,
     value BLOB,  -- NULL: the key was deleted in this checkpoint
-    PRIMARY KEY (key, ver)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS kv_ver ON kv (ver);
-CREATE INDEX IF NOT EXISTS kv_grp ON kv (grp);
-CREATE TABLE IF NOT EXISTS versions (ver INTEGER PRIMARY KEY, n INTEGER NOT NULL,
+    PRIMARY KEY (version, key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS versions (version INTEGER PRIMARY KEY, n INTEGER NOT NULL,
                                      crc INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
@@ -293,22 +300,38 @@ CREATE TABLE IF NOT EXISTS committed (ckpt INTEGER PRIMARY KEY);
 """
 
 
+#: per connection: WAL journal; ``synchronous=NORMAL`` (a commit survives the death of the
+#: process; SQLite's docs, "Write-Ahead Logging" and "PRAGMA synchronous": an OS crash or
+#: power loss may undo the last commits); the ``-wal`` file cut back to 16 MiB after a WAL
+#: checkpoint; automatic WAL checkpoints only as a backstop, since each garbage collection
+#: ends with one (so that a checkpoint's commit does not pay for it)
+_PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL",
+            "PRAGMA journal_size_limit=16777216", "PRAGMA wal_autocheckpoint=10000")
+
+
+def _check_schema(con: sqlite3.Connection, path: str) -> int:
+    """The schema version of ``path`` (0: new), or :class:`StateDirError` for another."""
+    version = con.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise StateDirError(path, f"written by a newer storm-on-ray (schema {version})")
+    if 0 < version < SCHEMA_VERSION:
+        raise StateDirError(path, f"written by an older storm-on-ray (schema {version}, "
+                                  f"this one reads schema {SCHEMA_VERSION})")
+    return version
+
+
 def _open(path: str, schema: str) -> sqlite3.Connection:
-    """A read-write connection to ``path`` (created with ``schema`` if new): WAL journal,
-    ``synchronous=NORMAL`` (a commit survives the death of the process; SQLite's docs,
-    "Write-Ahead Logging" and "PRAGMA synchronous": an OS crash or power loss may undo the
-    last commits), transactions begun explicitly."""
+    """A read-write connection to ``path`` (created with ``schema`` if new), with
+    :data:`_PRAGMAS`, transactions begun explicitly."""
     try:
         con = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                               check_same_thread=False)
     except sqlite3.Error as e:
         raise StateDirError(path, f"cannot open the database ({e})") from None
     try:
-        version = con.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise StateDirError(path, f"written by a newer storm-on-ray (schema {version})")
-        con.execute("PRAGMA journal_mode=WAL")
-        con.execute("PRAGMA synchronous=NORMAL")
+        version = _check_schema(con, path)
+        for pragma in _PRAGMAS:
+            con.execute(pragma)
         if version < SCHEMA_VERSION:
             con.execute("BEGIN IMMEDIATE")
             for statement in schema.split(";"):
@@ -364,43 +387,57 @@ def _read_only(path: str, read: Callable[[sqlite3.Connection], Any]) -> Any:
         con.close()
 
 
-def _check_version(con: sqlite3.Connection, path: str, checkpoint_id: int) -> None:
+def _base_id(con: sqlite3.Connection) -> int | None:
+    """The checkpoint id ``base`` is at (None: never collected)."""
+    row = con.execute("SELECT value FROM meta WHERE name = 'base'").fetchone()
+    return None if row is None else row[0]
+
+
+def _check_version(con: sqlite3.Connection, path: str, checkpoint_id: int) -> int | None:
     """Raise :class:`CorruptCheckpoint` unless the entries of ``checkpoint_id`` match its
-    record (count and CRC-32), or the checkpoint is below the collected floor. A checkpoint
-    with no record and no entries wrote nothing here (a store newer than it): not corrupt."""
-    row = con.execute("SELECT value FROM meta WHERE name = 'collected'").fetchone()
-    if row is not None and checkpoint_id < row[0]:
+    record (count and CRC-32), or the checkpoint is below ``base`` (collected). A
+    checkpoint with no record and no entries wrote nothing here (a store newer than it):
+    not corrupt. Returns the base id."""
+    base = _base_id(con)
+    if base is not None and checkpoint_id < base:
         raise CorruptCheckpoint(path, checkpoint_id,
-                                f"collected: only checkpoints >= {row[0]} can be restored")
+                                f"collected: only checkpoints >= {base} can be restored")
     n, crc = _entries_crc(con.execute(
-        "SELECT key, grp, value FROM kv WHERE ver = ? ORDER BY key", (checkpoint_id,)))
-    record = con.execute("SELECT n, crc FROM versions WHERE ver = ?",
+        "SELECT key, grp, value FROM delta WHERE version = ? ORDER BY key", (checkpoint_id,)))
+    record = con.execute("SELECT n, crc FROM versions WHERE version = ?",
                          (checkpoint_id,)).fetchone()
     if record is None:
         if n:
             raise CorruptCheckpoint(path, checkpoint_id,
                                     f"{n} entries without the checkpoint's record")
-        return
+        return base
     if record[0] != n:
         raise CorruptCheckpoint(path, checkpoint_id,
                                 f"{n} entries where {record[0]} were written")
     if record[1] != crc:
         raise CorruptCheckpoint(path, checkpoint_id,
                                 f"CRC-32 {crc:08x} of its entries, {record[1]:08x} written")
+    return base
 
 
-def _latest(con: sqlite3.Connection, checkpoint_id: int,
-            groups: range | None) -> dict[bytes, bytes]:
-    """Per key, its newest version at or below ``checkpoint_id``, unless that is a delete.
-    (SQLite takes the bare columns of a ``max()`` aggregate from the row holding the max.)"""
-    sql = "SELECT key, grp, value, max(ver) FROM kv WHERE ver <= ?"
-    args: tuple = (checkpoint_id,)
+def _state_at(con: sqlite3.Connection, checkpoint_id: int, base: int | None,
+              groups: range | None) -> dict[bytes, bytes]:
+    """``base`` (the table, at checkpoint ``base``), then the deltas above it up to
+    ``checkpoint_id`` in version order: a put sets the key, a delete removes it (as does a
+    put into a group not asked for, so a key's latest entry decides its group)."""
+    sql = "SELECT key, grp, value FROM base"
+    args: tuple = ()
     if groups is not None and groups.step == 1:
-        sql += " AND grp >= ? AND grp < ?"
-        args += (groups.start, groups.stop)
-    out = {}
-    for key, grp, value, _ in con.execute(sql + " GROUP BY key", args):
-        if value is not None and _in_groups(grp, groups):
+        sql += " WHERE grp >= ? AND grp < ?"
+        args = (groups.start, groups.stop)
+    out = {key: value for key, grp, value in con.execute(sql, args)
+           if _in_groups(grp, groups)}
+    for key, grp, value in con.execute(
+            "SELECT key, grp, value FROM delta WHERE version > ? AND version <= ? "
+            "ORDER BY version", (_NO_BASE if base is None else base, checkpoint_id)):
+        if value is None or not _in_groups(grp, groups):
+            out.pop(key, None)
+        else:
             out[key] = value
     return out
 
@@ -423,7 +460,16 @@ class _Transaction:
 
 
 class _LocalTaskStore(TaskStore):
-    """One task's SQLite database (see the module's docstring for its tables)."""
+    """One task's SQLite database, base + delta (see the module's docstring).
+
+    ``prepare(k)`` replaces the ``delta`` rows and the ``versions`` record of ``k`` in one
+    transaction. ``collect(keep_from)`` folds the deltas up to ``keep_from`` into ``base``
+    (meta ``base`` becomes ``keep_from``) and drops the deltas and records below it; the
+    rows of ``keep_from`` itself stay as its record, so restoring it is still checked.
+    ``restore(n)`` drops the deltas above ``n``, checks ``n``'s own entries, and reads
+    ``base`` plus the deltas in ``(base, n]``. A checkpoint at or below ``base`` cannot be
+    prepared again (``ValueError``): what it changed is folded into ``base``.
+    """
 
     def __init__(self, path: str, on_close=None) -> None:
         self.path = path
@@ -436,10 +482,14 @@ class _LocalTaskStore(TaskStore):
         entries = _changes(puts, deletes)
         n, crc = _entries_crc(entries)
         with self._lock, _Transaction(self._con) as con:
-            con.execute("DELETE FROM kv WHERE ver = ?", (checkpoint_id,))
-            con.executemany("INSERT INTO kv (key, ver, grp, value) VALUES (?, ?, ?, ?)",
-                            ((k, checkpoint_id, g, v) for k, g, v in entries))
-            con.execute("INSERT OR REPLACE INTO versions (ver, n, crc) VALUES (?, ?, ?)",
+            base = _base_id(con)
+            if base is not None and checkpoint_id <= base:
+                raise ValueError(f"{self.path}: checkpoint {checkpoint_id} cannot be written: "
+                                 f"checkpoints up to {base} are collected into the base")
+            con.execute("DELETE FROM delta WHERE version = ?", (checkpoint_id,))
+            con.executemany("INSERT INTO delta (version, key, grp, value) VALUES (?, ?, ?, ?)",
+                            ((checkpoint_id, k, g, v) for k, g, v in entries))
+            con.execute("INSERT OR REPLACE INTO versions (version, n, crc) VALUES (?, ?, ?)",
                         (checkpoint_id, n, crc))
 
     def restore(self, checkpoint_id: int | None,
@@ -448,31 +498,42 @@ class _LocalTaskStore(TaskStore):
             try:
                 with _Transaction(self._con) as con:
                     if checkpoint_id is None:
-                        for table in ("kv", "versions", "meta"):
+                        for table in ("base", "delta", "versions", "meta"):
                             con.execute(f"DELETE FROM {table}")
                         return {}
-                    con.execute("DELETE FROM kv WHERE ver > ?", (checkpoint_id,))
-                    con.execute("DELETE FROM versions WHERE ver > ?", (checkpoint_id,))
-                    _check_version(con, self.path, checkpoint_id)
-                    return _latest(con, checkpoint_id, groups)
+                    con.execute("DELETE FROM delta WHERE version > ?", (checkpoint_id,))
+                    con.execute("DELETE FROM versions WHERE version > ?", (checkpoint_id,))
+                    base = _check_version(con, self.path, checkpoint_id)
+                    return _state_at(con, checkpoint_id, base, groups)
             except sqlite3.OperationalError:  # locked, disk full, I/O: not the data's fault
                 raise
             except sqlite3.DatabaseError as e:  # malformed, not a database
                 raise CorruptCheckpoint(self.path, checkpoint_id, str(e)) from None
 
     def collect(self, keep_from: int) -> None:
-        with self._lock, _Transaction(self._con) as con:
-            # older versions of a key that has one at or below keep_from
-            con.execute("DELETE FROM kv WHERE ver < ?1 AND EXISTS (SELECT 1 FROM kv AS newer "
-                        "WHERE newer.key = kv.key AND newer.ver > kv.ver AND newer.ver <= ?1)",
-                        (keep_from,))
-            # a delete that is now a key's oldest version: no restore >= keep_from sees it.
-            # (One at keep_from stays: it is part of that checkpoint's record.)
-            con.execute("DELETE FROM kv WHERE value IS NULL AND ver < ?", (keep_from,))
-            con.execute("DELETE FROM versions WHERE ver < ?", (keep_from,))
-            con.execute("INSERT INTO meta (name, value) VALUES ('collected', ?1) "
-                        "ON CONFLICT (name) DO UPDATE SET value = max(value, ?1)",
-                        (keep_from,))
+        with self._lock:
+            with _Transaction(self._con) as con:
+                base = _base_id(con)
+                if base is not None and keep_from <= base:
+                    return
+                folded = [v for (v,) in con.execute(
+                    "SELECT DISTINCT version FROM delta WHERE version > ? AND version <= ? "
+                    "ORDER BY version", (_NO_BASE if base is None else base, keep_from))]
+                for ver in folded:
+                    # (WHERE: SQLite's upsert after a SELECT needs one to parse)
+                    con.execute("INSERT INTO base (key, grp, value) SELECT key, grp, value "
+                                "FROM delta WHERE version = ? AND value IS NOT NULL "
+                                "ON CONFLICT (key) DO UPDATE SET grp = excluded.grp, "
+                                "value = excluded.value", (ver,))
+                    con.execute("DELETE FROM base WHERE key IN (SELECT key FROM delta "
+                                "WHERE version = ? AND value IS NULL)", (ver,))
+                # keep_from's own rows and record stay: restoring it checks them
+                con.execute("DELETE FROM delta WHERE version < ?", (keep_from,))
+                con.execute("DELETE FROM versions WHERE version < ?", (keep_from,))
+                con.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('base', ?)",
+                            (keep_from,))
+            # copy the WAL into the database now, not during the next checkpoint's commit
+            self._con.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def close(self) -> None:
         with self._lock:
@@ -791,8 +852,9 @@ def _read_at(files: dict[str, dict[int, str]], checkpoint_id: int) -> dict:
         out[component] = {}
         for task, db in tasks.items():
             def read(con: sqlite3.Connection, db: str = db) -> dict[bytes, bytes]:
-                _check_version(con, db, checkpoint_id)
-                return _latest(con, checkpoint_id, None)
+                _check_schema(con, db)
+                base = _check_version(con, db, checkpoint_id)
+                return _state_at(con, checkpoint_id, base, None)
 
             try:
                 raw = _read_only(db, read)
