@@ -1220,3 +1220,40 @@ def merged_counts(state: dict) -> collections.Counter:
         assert not set(counts) & set(total), "a word counted by two tasks"
         total.update(counts)
     return total
+
+
+class ReplayingWordSpout(Spout):
+    """A user spout without a position: emits each of its task's share of ``words`` with
+    its index as msg id, and emits a failed one again (at-least-once on its own; with
+    checkpoints and acking, exactly-once state)."""
+
+    outputs = ("word",)
+
+    def __init__(self, words: list) -> None:
+        self.words = words
+
+    def open(self, conf, context, collector):
+        n = len(context.get_component_tasks(context.component_id))
+        self.mine = list(range(context.task_index, len(self.words), n))
+        self.collector = collector
+        self.i = 0
+        self.replay: list = []
+        self.acked = 0
+        self.failed = 0
+
+    def next_tuple(self):
+        if self.replay:
+            m = self.replay.pop(0)
+        elif self.i < len(self.mine):
+            m = self.mine[self.i]
+            self.i += 1
+        else:
+            raise StopIteration
+        self.collector.emit((self.words[m],), msg_id=m)
+
+    def ack(self, msg_id):
+        self.acked += 1
+
+    def fail(self, msg_id):
+        self.failed += 1
+        self.replay.append(msg_id)

@@ -192,8 +192,8 @@ class CoordinatorCore:
         self.next_due = now
 
     def _rollback(self, now: float, why: str) -> list[Action]:
-        if self.round is not None:  # its versions are discarded by the tasks' restore
-            self.log.record(COMMITTED, self.last_committed or 0)
+        # an open round is abandoned: its versions are discarded by the tasks' restore,
+        # and its PREPARING record stays (a restart rolls back anyway; ids never repeat)
         self.round = None
         self.gen = max(time.time_ns(), self.gen + 1)
         self.rollbacks += 1
@@ -208,7 +208,6 @@ class CoordinatorCore:
         logger.warning("task %d: checkpoint %d is corrupt; rolling back to the one before",
                        task, checkpoint_id)
         self.committed = [c for c in self.committed if c < checkpoint_id]
-        self.log.record(COMMITTED, self.last_committed or 0)
         return self._rollback(now, f"task {task} found checkpoint {checkpoint_id} corrupt")
 
     def state(self) -> dict:

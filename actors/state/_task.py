@@ -312,9 +312,11 @@ class TaskCheckpoint:
             self.core.count_bad_frame()
             return
         core = self.core
+        if (core.upstream_open - core.back_sources) <= self.seen:
+            self.check_aligned()  # the last one: nothing to hold
+            return
         core.blocked = frozenset(self.seen)
         core.inbound.hold(src)
-        self.check_aligned()
 
     def check_aligned(self) -> None:
         """Complete the alignment when every open input's barrier came (an input that
