@@ -140,7 +140,9 @@ class SpoutExecutor(ExecutorCore):
                             spout = self.obj
                 recv = q.consume(handle)
                 counter = 0
-                self._timers(acking)
+                # with checkpoints, a tuple's timeout does not run while a barrier after it
+                # waits for its commit (the commit acks it)
+                self._timers(acking and not (cp is not None and cp.rounds))
             else:
                 counter += 1
             if pending and not outbox.try_flush_pending():

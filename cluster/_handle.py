@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -69,6 +70,33 @@ class TopologyHandle:
             except ValueError:
                 return None
         return self.checkpoints
+
+    @property
+    def checkpoint_path(self) -> str | None:
+        """Where the local provider keeps this submit's checkpoints
+        (``<topology.state.checkpoint.dir>/<name>/<submit id>``); None for a topology
+        without state."""
+        d = (self.conf or {}).get("topology.state.checkpoint.dir")
+        if d is None or self.prefix is None or self._checkpoint_coordinator() is None:
+            return None
+        return os.path.join(d, self.name, self.prefix)
+
+    def state(self, checkpoint_id: int | None = None) -> dict:
+        """The checkpointed state as of the last committed checkpoint (or
+        ``checkpoint_id``): ``{component: {task: {key: value}}}``, read from the local
+        provider's files (``read_state``; this machine's), never from the running tasks.
+        Blocks for the read.
+
+        Raises:
+            ValueError: a topology without state, or a provider other than ``local``.
+        """
+        path = self.checkpoint_path
+        if path is None or self.conf.get("topology.state.provider") not in (None, "local"):
+            raise ValueError(f"topology {self.name!r} keeps no local checkpoints "
+                             f"(no stateful bolt, or topology.state.provider is not local)")
+        from actors.state.providers import read_state
+
+        return read_state(path, checkpoint_id)
 
     def checkpoint_stats(self) -> dict | None:
         """The checkpoint coordinator's figures (None for a topology without state):

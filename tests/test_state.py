@@ -403,3 +403,39 @@ def test_core_without_checkpoints_gives_a_stateful_bolt_a_state_of_its_own():
     core._open()
     assert isinstance(core.obj.counts, KeyValueState)
 
+
+
+def test_dataframe_spout_rewinds_to_its_block_and_row(cluster, spark, name, tmp_path):
+    """A DataFrameSpout records (block, row) and rewinds there: its task killed mid-stream,
+    the stateful count still counts every row once."""
+    from topology import DataFrameSpout
+
+    data = words(6000)
+    df = spark.createDataFrame([(w,) for w in data], ["word"])
+    b = TopologyBuilder()
+    b.set_spout("src", DataFrameSpout(df, parallelism=4), 2)
+    b.set_bolt("count", StatefulWordCount(delay_s=0.0005), 2).fields_grouping("src",
+                                                                              ("word",))
+    ckpt = str(tmp_path / "ckpt")
+    handle = cluster.submit_topology(name, {
+        "topology.acker.executors": 0, "topology.state.checkpoint.interval.ms": 200,
+        "topology.state.checkpoint.dir": ckpt, "topology.executor.receive.buffer.size": 256,
+        "topology.producer.batch.size": 50}, b.create_topology())
+    try:
+        until(lambda: handle.checkpoint_stats()["completed"] >= 1, 60, "a checkpoint")
+        _kill_and_wait(handle, handle.topology.component_tasks["src"][1])
+        assert _counts_after(handle, ckpt, name) == collections.Counter(data)
+    finally:
+        cluster.kill_topology(name)
+
+
+def test_a_corrupt_checkpoint_is_given_up_for_the_one_before():
+    log = MemoryProvider().checkpoint_log()
+    c = CoordinatorCore(log, [1, 2], [2], 1.0, 5.0, 0.0, 0.0)
+    for cid, t in ((1, 1.0), (2, 2.0)):
+        c.tick(t)
+        c.prepared(2, cid, 0, t)
+        c.prepared(1, cid, 0, t)
+    assert c.last_committed == 2
+    (rollback,) = c.corrupt(1, 2, 3.0)
+    assert rollback.kind == "rollback" and rollback.args[1] == 1 and c.last_committed == 1

@@ -350,7 +350,11 @@ class TaskCheckpoint:
                 "parked": len(self.parked), "parked_max": self.parked_max,
                 "last_snapshot_ms": self.last_snapshot_ms,
                 "last_keys_written": self.last_keys_written,
-                "state_keys": len(self.state) if self.state is not None else None}
+                "state_keys": len(self.state) if self.state is not None else None,
+                **({"guarantee": ("exactly-once" if self.stateful else
+                                  "exactly-once while this task lives; at-least-once for "
+                                  "its pending tuples if it dies")}
+                   if self.is_spout else {})}
 
 
 def is_marker(el) -> bool:

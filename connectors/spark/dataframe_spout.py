@@ -6,13 +6,14 @@ Only this module touches ``ray``/``raydp``, and only when a ``DataFrameSpout`` i
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 from connectors.spark.arrow_rows import arrow_rows
-from topology import RetryService, Spout, TopologyError
+from topology import RetryService, StatefulSpout, TopologyError
 
 #: A DataFrameSpout's flush interval (ms): see DataFrameSpout.get_component_configuration
 FLUSH_INTERVAL_MS = 10
@@ -47,8 +48,11 @@ def raydp_internals_quiet() -> Iterator[None]:
         ray_logger.removeFilter(drop)
 
 
-class DataFrameSpout(Spout):
+class DataFrameSpout(StatefulSpout):
     """Emits the rows of a Spark DataFrame as tuples whose fields are its column names.
+
+    Its position (the block being emitted and the items of it already emitted) is its
+    checkpointed state: in a stateful topology a rollback rewinds it there.
 
     On the driver, the constructor hands the frame to RayDP (``spark_dataframe_to_ray_dataset``,
     what ``ray.data.from_spark`` calls), which
@@ -136,6 +140,9 @@ class DataFrameSpout(Spout):
         self._collector = collector
         n = len(context.get_component_tasks(context.component_id))
         self._mine = list(self._block_refs[context.task_index::n])
+        self._next = 0  # index in _mine of the next block to read
+        self._block = -1  # index of the block being emitted, and its items emitted so far
+        self._item = 0
         self._rows = iter(())
         self.emitted_rows = 0
         self._emitted_items = 0
@@ -143,11 +150,32 @@ class DataFrameSpout(Spout):
         self._replay: list = []
         self._retries = RetryService(conf, context, collector)
 
+    def init_state(self, state) -> None:
+        """Go on from the position in ``state``: ``(block, item)``, the block of this task
+        being emitted and the items of it already emitted (none: from the start). A rewind
+        reads that block again and skips those items, and forgets what was in flight."""
+        self._state = state
+        position = state.get("position")
+        if position is None:
+            return
+        block, item = position
+        self._in_flight.clear()
+        self._replay.clear()
+        self._next, self._rows, self._block, self._item = max(block, 0), iter(()), -1, 0
+        if block >= 0 and self._next_block():
+            self._rows = itertools.islice(self._rows, item, None)
+            self._item = item
+
+    def pre_prepare(self, checkpoint_id: int) -> None:
+        self._state.put("position", (self._block, self._item))
+
     def _next_block(self) -> bool:
         import ray
 
-        while self._mine:
-            table = ray.get(self._mine.pop(0))
+        while self._next < len(self._mine):
+            self._block, self._item = self._next, 0
+            table = ray.get(self._mine[self._next])
+            self._next += 1
             if table.num_rows:
                 if self._arrow:  # one tuple per record batch
                     self._rows = ((b,) for b in table.select(list(self.columns)).to_batches(
@@ -174,11 +202,12 @@ class DataFrameSpout(Spout):
         else:
             self._collector.emit(row)
         self._emitted_items += 1
+        self._item += 1
         self.emitted_rows += row[0].num_rows if self._arrow else 1
 
     def drain(self) -> None:
         """Take no new row: emit the replays, then end the stream."""
-        self._mine = []
+        self._next = len(self._mine)
         self._rows = iter(())
 
     def progress(self) -> int:
