@@ -15,6 +15,7 @@ from topology import (
     Fields,
     Spout,
     StatefulBolt,
+    StatefulSpout,
     TopologyBuilder,
     WindowedBolt,
 )
@@ -1257,3 +1258,44 @@ class ReplayingWordSpout(Spout):
     def fail(self, msg_id):
         self.failed += 1
         self.replay.append(msg_id)
+
+
+class KeyCycleSpout(StatefulSpout):
+    """Emits ``(f"k{i % keys}",)`` for i in [0, n) across its tasks, then ends; keeps its
+    position (a rewindable source for stateful benchmarks)."""
+
+    outputs = ("word",)
+
+    def __init__(self, keys: int, n: int) -> None:
+        self.keys, self.n = keys, n
+
+    def open(self, conf, context, collector):
+        self.collector = collector
+        self.step = len(context.get_component_tasks(context.component_id))
+        self.first = self.i = context.task_index
+
+    def init_state(self, state):
+        self.state = state
+        self.i = state.get("i", self.first)
+
+    def pre_prepare(self, checkpoint_id):
+        self.state.put("i", self.i)
+
+    def next_tuple(self):
+        if self.i >= self.n:
+            raise StopIteration
+        self.collector.emit((f"k{self.i % self.keys}",))
+        self.i += self.step
+
+
+class PlainWordCount(Bolt):
+    """:class:`StatefulWordCount` without checkpoints (a dict): the benchmarks' baseline."""
+
+    outputs = ()
+
+    def prepare(self, conf, context, collector):
+        self.counts: dict = {}
+
+    def execute(self, tup):
+        w = tup.values[0]
+        self.counts[w] = self.counts.get(w, 0) + 1

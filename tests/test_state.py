@@ -439,3 +439,57 @@ def test_a_corrupt_checkpoint_is_given_up_for_the_one_before():
     assert c.last_committed == 2
     (rollback,) = c.corrupt(1, 2, 3.0)
     assert rollback.kind == "rollback" and rollback.args[1] == 1 and c.last_committed == 1
+
+
+def test_chained_stateful_bolt_snapshots_as_the_barrier_passes_through(cluster, name,
+                                                                       tmp_path):
+    """A stateful bolt chained into its spout's actor (a local-or-shuffle edge of equal
+    parallelism) snapshots when the barrier passes through the chain; the host killed,
+    the chain restarts as one and the per-task counts still add up to the input."""
+    data = words(6000)
+    b = TopologyBuilder()
+    b.set_spout("src", IterableSpout(data, fields=("word",)), 2)
+    b.set_bolt("count", StatefulWordCount(delay_s=0.0005), 2).local_or_shuffle_grouping("src")
+    ckpt = str(tmp_path / "ckpt")
+    handle = cluster.submit_topology(name, {
+        "topology.acker.executors": 0, "topology.state.checkpoint.interval.ms": 200,
+        "topology.state.checkpoint.dir": ckpt}, b.create_topology())
+    try:
+        assert handle.chained_tasks == set(handle.topology.component_tasks["count"])
+        until(lambda: handle.checkpoint_stats()["completed"] >= 1, 60, "a checkpoint")
+        _kill_and_wait(handle, handle.topology.component_tasks["src"][0])
+        assert handle.wait(180)
+        total: collections.Counter = collections.Counter()
+        for counts in handle.state()["count"].values():
+            total.update(counts)
+        assert total == collections.Counter(data)
+    finally:
+        cluster.kill_topology(name)
+
+
+def test_drain_ends_after_a_checkpoint_that_holds_every_tuple_taken(cluster, name, tmp_path):
+    """``drain()`` of a stateful topology: the spouts stop taking items, a final checkpoint
+    behind their last tuple commits, then the topology completes; the committed counts are
+    exactly those of the items the spouts took (their committed positions)."""
+    data = words(200_000)
+    b = TopologyBuilder()
+    b.set_spout("src", IterableSpout(data, fields=("word",)), 2)
+    b.set_bolt("count", StatefulWordCount(delay_s=0.0002), 2).fields_grouping("src",
+                                                                              ("word",))
+    handle = cluster.submit_topology(name, {
+        "topology.acker.executors": 0, "topology.state.checkpoint.interval.ms": 200,
+        "topology.executor.receive.buffer.size": 1024,
+        "topology.state.checkpoint.dir": str(tmp_path / "ckpt")}, b.create_topology())
+    try:
+        until(lambda: handle.checkpoint_stats()["completed"] >= 1, 60, "a checkpoint")
+        assert handle.drain(120)
+        state = handle.state()
+        tasks = handle.topology.component_tasks["src"]
+        taken = collections.Counter()
+        for k, t in enumerate(tasks):
+            position = state["src"][t]["position"]
+            assert 0 < position < len(data) // 2  # drained mid-stream
+            taken.update(data[k::len(tasks)][:position])
+        assert merged_counts(state["count"]) == taken
+    finally:
+        cluster.kill_topology(name)

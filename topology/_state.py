@@ -78,6 +78,8 @@ class KeyValueState:
         self._encode, self._decode = _codec()
         self._data: dict[Any, bytes] = {}
         self._dirty: set = set()
+        #: keyed state: each key's group, computed once at its first put
+        self._key_groups: dict[Any, int] = {}
 
     def _where(self, key: Any) -> str:
         who = f"component {self.component!r} task {self.task}: " if self.component else ""
@@ -96,8 +98,9 @@ class KeyValueState:
         except TypeError as e:
             raise StateError(f"{self._where(key)}: {e}") from None
         if self._groups is not None and key not in self._data:
-            g = self._key_group(key)
+            g = self._key_groups[key] = self._key_group(key)
             if g not in self._groups:
+                self._key_groups.pop(key, None)
                 raise StateError(
                     f"{self._where(key)} is in key group {g}, which this task does not own "
                     f"(it owns groups {self._groups.start}-{self._groups.stop - 1}): keyed "
@@ -155,7 +158,12 @@ class KeyValueState:
 
     def key_group_of(self, key: Any) -> int:
         """The key group of ``key`` (0 for a state that is not keyed)."""
-        return self._key_group(key) if self._key_group is not None else 0
+        if self._key_group is None:
+            return 0
+        g = self._key_groups.get(key)
+        if g is None:
+            g = self._key_groups[key] = self._key_group(key)
+        return g
 
 
 class _Stateful:

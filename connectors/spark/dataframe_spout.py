@@ -152,13 +152,11 @@ class DataFrameSpout(StatefulSpout):
 
     def init_state(self, state) -> None:
         """Go on from the position in ``state``: ``(block, item)``, the block of this task
-        being emitted and the items of it already emitted (none: from the start). A rewind
-        reads that block again and skips those items, and forgets what was in flight."""
+        being emitted and the items of it already emitted (an empty state: from the first
+        block). A rewind reads that block again and skips those items, and forgets what
+        was in flight."""
         self._state = state
-        position = state.get("position")
-        if position is None:
-            return
-        block, item = position
+        block, item = state.get("position", (-1, 0))  # (none yet: from the first block)
         self._in_flight.clear()
         self._replay.clear()
         self._next, self._rows, self._block, self._item = max(block, 0), iter(()), -1, 0
