@@ -227,6 +227,12 @@ class BoltExecutor(ExecutorCore):
             if self.queue.try_publish_direct(self._tick_el):
                 self._tick_due, self._tick_queued = False, True
 
+    def clear_io(self) -> None:
+        """As :meth:`ExecutorCore.clear_io`; a tick it dropped is due again."""
+        super().clear_io()
+        if self._tick_queued:
+            self._tick_queued, self._tick_due = False, True
+
     def _wait_limit(self) -> float | None:
         limit = super()._wait_limit()
         if self.tick_s is None or self._tick_queued or not self.upstream_open:

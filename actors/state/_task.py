@@ -233,6 +233,9 @@ class TaskCheckpoint:
         core.clear_io()
         clear_ledger(core.ledger)
         self.reset_sinks(gen)
+        if checkpoint_id is not None and (self.last_committed is None
+                                          or checkpoint_id > self.last_committed):
+            self.last_committed = checkpoint_id  # (its commit message may be behind)
         if self.is_spout:
             if checkpoint_id is not None:
                 self._ack_rounds(checkpoint_id)
