@@ -319,6 +319,12 @@ def encode_value(value: Any) -> bytes:
     return msgpack.packb(value, **_packer_opts)
 
 
+def value_encoder():
+    """:func:`encode_value` with a ``msgpack.Packer`` of its own: faster per call than
+    ``packb`` with options, and not thread-safe (one owner: a task's state)."""
+    return msgpack.Packer(default=_default, use_bin_type=True).pack
+
+
 def decode_value(data: bytes) -> Any:
     """The value of :func:`encode_value`'s bytes.
 

@@ -34,8 +34,8 @@ class StateError(ValueError):
 
 
 def _codec() -> tuple[Callable, Callable]:
-    from actors._codec import decode_value, encode_value  # the project's one codec
-    return encode_value, decode_value
+    from actors._codec import decode_value, value_encoder  # the project's one codec
+    return value_encoder(), decode_value
 
 
 def _check_key(key: Any) -> None:

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from actors._codec import decode_key, encode_value
+from actors._codec import decode_key, value_encoder
 from actors._streams import BARRIER_STREAM, DRAINED_STREAM, EOS_STREAM, FLUSH
 from actors.state._provider import CorruptCheckpoint, TaskStore
 from topology import StormTopology
@@ -109,6 +109,7 @@ class TaskCheckpoint:
         self.state = (KeyValueState(component=core.component_id, task=core.task_id,
                                     key_group=key_group, groups=groups)
                       if self.stateful else None)
+        self._encode_key = value_encoder()
         self.gen = 0
         #: coordinator messages received, by kind
         self.received: dict[str, int] = {}
@@ -281,11 +282,9 @@ class TaskCheckpoint:
             self._user("pre_prepare", checkpoint_id)
             state = self.state
             puts, deletes = state.take_changes()
-            kg = state.key_group_of
-            self.store.prepare(
-                checkpoint_id,
-                [(kg(k), encode_value(k), v) for k, v in puts],
-                [(kg(k), encode_value(k)) for k in deletes])
+            kg, enc = state.key_group_of, self._encode_key
+            self.store.prepare(checkpoint_id, [(kg(k), enc(k), v) for k, v in puts],
+                               [(kg(k), enc(k)) for k in deletes])
             self.last_keys_written = len(puts) + len(deletes)
         self.checkpoints += 1
         self.last_snapshot_ms = (time.perf_counter() - t0) * 1000
