@@ -325,18 +325,23 @@ def value_encoder():
     return msgpack.Packer(default=_default, use_bin_type=True).pack
 
 
+def _decode_state(data: bytes, what: str, use_list: bool) -> Any:
+    try:
+        return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False,
+                               use_list=use_list)
+    except FrameError:
+        raise
+    except Exception as e:
+        raise FrameError(f"undecodable state {what} ({type(e).__name__}: {e})") from None
+
+
 def decode_value(data: bytes) -> Any:
     """The value of :func:`encode_value`'s bytes.
 
     Raises:
         FrameError: undecodable bytes.
     """
-    try:
-        return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False)
-    except FrameError:
-        raise
-    except Exception as e:
-        raise FrameError(f"undecodable state value ({type(e).__name__}: {e})") from None
+    return _decode_state(data, "value", True)
 
 
 def decode_key(data: bytes) -> Any:
@@ -345,9 +350,4 @@ def decode_key(data: bytes) -> Any:
     Raises:
         FrameError: undecodable bytes.
     """
-    try:
-        return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, use_list=False)
-    except FrameError:
-        raise
-    except Exception as e:
-        raise FrameError(f"undecodable state key ({type(e).__name__}: {e})") from None
+    return _decode_state(data, "key", False)

@@ -211,13 +211,7 @@ class SpoutExecutor(ExecutorCore):
                 self._user_calls(UserCalls(ledger.take_acks_due(), []))
                 if cp is not None:  # ends once a checkpoint after its last tuple commits
                     cp.want_final()
-                    if not exhausted_once:
-                        exhausted_once = True
-                        self.send_drained()
-                    exhausted = True
-                    self._fails_since_exhausted = False
-                    continue
-                if not trees:
+                elif not trees:
                     return
                 if not exhausted_once:
                     exhausted_once = True
