@@ -1,0 +1,138 @@
+"""The memory state provider (``topology.state.provider: "memory"``):
+:class:`MemoryProvider`, its task stores and checkpoint log, kept in dicts. Import it from
+:mod:`actors.state.providers`. This module does not import Ray.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from actors.state._provider import (
+    COMMITTED,
+    CheckpointLog,
+    CorruptCheckpoint,
+    StateProvider,
+    TaskStore,
+)
+from actors.state._sqlite import _KEEP_COMMITTED, _changes, _check_phase, _in_groups
+
+
+class _MemoryTaskStore(TaskStore):
+    """A task's versions in dicts: ``key → {checkpoint id: (group, value or None)}``."""
+
+    def __init__(self) -> None:
+        self._rows: dict[bytes, dict[int, tuple[int, bytes | None]]] = {}
+        self._by_ver: dict[int, set[bytes]] = {}
+        self._collected = 0
+        self._lock = threading.Lock()
+
+    def prepare(self, checkpoint_id: int, puts: list[tuple[int, bytes, bytes]],
+                deletes: list[tuple[int, bytes]]) -> None:
+        entries = _changes(puts, deletes)
+        with self._lock:
+            self._drop_version(checkpoint_id)
+            keys = self._by_ver[checkpoint_id] = set()
+            for key, grp, value in entries:
+                self._rows.setdefault(key, {})[checkpoint_id] = (grp, value)
+                keys.add(key)
+
+    def _drop_version(self, ver: int) -> None:
+        for key in self._by_ver.pop(ver, ()):
+            versions = self._rows[key]
+            del versions[ver]
+            if not versions:
+                del self._rows[key]
+
+    def restore(self, checkpoint_id: int | None,
+                groups: range | None = None) -> dict[bytes, bytes]:
+        with self._lock:
+            if checkpoint_id is None:
+                self._rows, self._by_ver, self._collected = {}, {}, 0
+                return {}
+            if checkpoint_id < self._collected:
+                raise CorruptCheckpoint("memory", checkpoint_id,
+                                        f"collected: only checkpoints >= {self._collected} "
+                                        f"can be restored")
+            for ver in [v for v in self._by_ver if v > checkpoint_id]:
+                self._drop_version(ver)
+            out = {}
+            for key, versions in self._rows.items():
+                grp, value = versions[max(versions)]
+                if value is not None and _in_groups(grp, groups):
+                    out[key] = value
+            return out
+
+    def collect(self, keep_from: int) -> None:
+        with self._lock:
+            for key in list(self._rows):
+                versions = self._rows[key]
+                base = max((v for v in versions if v <= keep_from), default=None)
+                if base is None:
+                    continue
+                for ver in [v for v in versions if v < base]:
+                    del versions[ver]
+                    self._by_ver[ver].discard(key)
+                if base < keep_from and versions[base][1] is None:
+                    del versions[base]
+                    self._by_ver[base].discard(key)
+                if not versions:
+                    del self._rows[key]
+            for ver in [v for v, keys in self._by_ver.items() if v < keep_from and not keys]:
+                del self._by_ver[ver]
+            self._collected = max(self._collected, keep_from)
+
+    def close(self) -> None:
+        """Nothing to release (the data lives as long as its provider)."""
+
+
+class _MemoryLog(CheckpointLog):
+    def __init__(self) -> None:
+        self._phase, self._id, self._committed = COMMITTED, 0, []
+        self._lock = threading.Lock()
+
+    def load(self) -> tuple[str, int, list[int]]:
+        with self._lock:
+            return self._phase, self._id, list(self._committed)
+
+    def record(self, phase: str, checkpoint_id: int) -> None:
+        _check_phase(phase)
+        with self._lock:
+            self._phase, self._id = phase, checkpoint_id
+            if phase == COMMITTED and checkpoint_id not in self._committed:
+                self._committed = sorted([*self._committed, checkpoint_id])[-_KEEP_COMMITTED:]
+
+
+class MemoryProvider(StateProvider):
+    """Checkpoints in this object's memory (``topology.state.provider: "memory"``): the
+    same versions, rollback and collection as :class:`LocalProvider`, lost with the object
+    (or its process). For tests, and for state a job can afford to lose.
+
+    ``task_store`` of the same task returns the same store, so a task that asks again finds
+    its checkpoints. Nothing is shared between two providers, whatever their names.
+    """
+
+    def __init__(self, topology_name: str = "", submit_id: str = "") -> None:
+        self.topology_name = topology_name
+        self.submit_id = submit_id
+        self._stores: dict[tuple[str, int], _MemoryTaskStore] = {}
+        self._log = _MemoryLog()
+        self._lock = threading.Lock()
+
+    def task_store(self, component: str, task: int) -> TaskStore:
+        with self._lock:
+            store = self._stores.get((component, task))
+            if store is None:
+                store = self._stores[(component, task)] = _MemoryTaskStore()
+            return store
+
+    def checkpoint_log(self) -> CheckpointLog:
+        return self._log
+
+    def delete(self) -> None:
+        """Forget every task's checkpoints and the log."""
+        with self._lock:
+            self._stores.clear()
+            self._log = _MemoryLog()
+
+    def close(self) -> None:
+        """Nothing to release."""
