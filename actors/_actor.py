@@ -31,7 +31,7 @@ from actors._routing import TASK, WORKER, actor_name
 from actors._sink import ActorSink, _deliver
 from actors._stats import TaskStats
 from actors._store import StoredTopology, first_start
-from actors.state._task import checkpointed, is_stateful, keyed_state
+from actors.state._task import checkpointed, enable_checkpoints, is_stateful, keyed_state
 from backpressure import BackPressureStatus
 from topology import CollectorBolt, DatasetSink, DeadLetterSink
 
@@ -126,8 +126,7 @@ class ExecutorActor:
                 is_stateful(core.obj)) else None
             key_group, groups = keyed_state(topology, core.component_id, core.task_id,
                                             core.conf)
-            core.enable_checkpoints(store, gen, cid, rejoining, key_group, groups)
-            cp = core.checkpoint
+            cp = enable_checkpoints(core, store, gen, cid, rejoining, key_group, groups)
             cp.report = self._report_checkpoint
             cp.grant = functools.partial(self._grant, core.task_id)
             cp.reset_sinks = functools.partial(self._reset_sinks, core.task_id)

@@ -36,9 +36,10 @@ from actors._acking import UserCalls
 from actors._errors import ErrorReporter, LogThrottle
 from actors._inbound import Inbound
 from actors._outbox import Outbox, Sink
-from actors._routing import build_routers, stream_table, task_links
+from actors._routing import build_routers, stream_table, task_links, upstream_spout_tasks
 from actors._stats import IntervalMetrics, TaskStats, task_stats
-from actors._streams import BARRIER_STREAM, DRAINED_STREAM, EOS_STREAM, FLUSH
+from actors._streams import BARRIER_STREAM, DRAINED_STREAM, EOS_STREAM
+from actors.state._task import drop_queued, poll_chain
 from backpressure import (
     BackPressureStatus,
     JCQueue,
@@ -63,10 +64,6 @@ CHAIN_FLUSH_DEFER = 10
 #: pipeline)
 CHAIN_TIMERS_S = 0.001
 _DRAINED_MSG = (DRAINED_STREAM, None)
-#: a task paused by a checkpoint rollback reports again this often (seconds) until it is
-#: resumed: Ray fails a call to an actor that is still restarting (at-most-once actor
-#: tasks), so the coordinator's resume to a task that paused while it restarted can be lost
-PAUSED_REPORT_S = 1.0
 
 
 class ExecutorCore:
@@ -188,54 +185,27 @@ class ExecutorCore:
         self._flush_seen = 0
         self._flushed_at = 0.0
         self._next_chain_timers = 0.0  # (monotonic s; 0: at the next clock check)
-        #: checkpoints (actors/state): this task's side, when the topology runs them
-        #: (set by :meth:`enable_checkpoints`), and the input tasks whose elements are
-        #: parked while the task aligns on a barrier
+        #: checkpoints: this task's side when the topology runs them (a
+        #: ``actors.state.TaskCheckpoint``, set by ``enable_checkpoints``), and the input
+        #: tasks whose elements are parked while the task aligns on a barrier
         self.checkpoint = None
         self.blocked: frozenset = frozenset()
-        self._checkpoint_start = (0, None, False)
-
-    def enable_checkpoints(self, store, gen: int = 0, checkpoint_id: int | None = None,
-                           paused: bool = False, key_group=None, groups=None) -> None:
-        """Take part in checkpoints (before :meth:`start`; a chain host before its chained
-        tasks): ``store`` is the task's ``TaskStore`` (None without state). At start the
-        state of ``checkpoint_id`` is restored; ``paused`` (a restarted task) waits for
-        the coordinator's resume of generation ``gen`` first."""
-        from actors.state._task import TaskCheckpoint
-
-        host = self.chain_host
-        self.checkpoint = TaskCheckpoint(
-            self, store, key_group, groups,
-            host.checkpoint.inbox if host is not None else None)
-        self._checkpoint_start = (gen, checkpoint_id, paused)
 
     def send_barrier(self, checkpoint_id: int) -> None:
         """Barrier ``checkpoint_id`` to every downstream task after everything emitted so
         far (never to ackers, nor over a back edge), and try to send it now."""
         item = (BARRIER_STREAM, [checkpoint_id])
-        back = self.back_dests
         for t in self._data_destinations:
-            if t not in back:
+            if t not in self.back_dests:
                 self.outbox.transfer(t, item)
         self.outbox.try_flush_batches()
 
     def clear_io(self) -> None:
         """A rollback: drop every queued element (an upstream's end marker is applied,
         not dropped), ``pending_emits`` and partial batches. Executor thread."""
-        inbound, q = self.inbound, self.queue
-        markers = []
-
-        def drop(el) -> None:
-            if el is not FLUSH and el[1] in (EOS_STREAM, DRAINED_STREAM):
-                markers.append(el)
-        with inbound.fill_lock:
-            while q.size() or not q.is_empty_overflow():
-                if not q.consume(drop):
-                    break
-        markers.extend(inbound.take_kept_markers())
-        self.outbox.clear()
-        for el in markers:
+        for el in drop_queued(self.queue, self.inbound):
             self._control(el[0], el[1], el[2])
+        self.outbox.clear()
 
     def host_chain(self, members: list[ExecutorCore]) -> None:
         """Run ``members`` (chained tasks, each after its source) in this executor: they
@@ -529,26 +499,8 @@ class ExecutorCore:
 
     def _poll_checkpoints(self) -> None:
         """Apply the coordinator's messages to this task and the tasks chained into it
-        (executor thread); after a rollback, wait here until every one of them is resumed
-        (or the task is stopped)."""
-        inbox = self.checkpoint.inbox
-        cores = (self, *self.chained)
-        again = time.monotonic() + PAUSED_REPORT_S
-        while True:
-            while inbox:
-                cp, kind, args = inbox.popleft()
-                if cp.core.state == "running":
-                    cp.apply(kind, args)
-            paused = [c.checkpoint for c in cores
-                      if c.state == "running" and c.checkpoint.paused]
-            if self._stop or not paused:
-                return
-            self.wakeup.wait(0.05)
-            self.wakeup.clear()
-            if time.monotonic() >= again:  # the resume may have been lost: ask again
-                again = time.monotonic() + PAUSED_REPORT_S
-                for cp in paused:
-                    cp.report("paused", cp.core.task_id, cp.gen)
+        (executor thread); after a rollback, wait until all are resumed (``poll_chain``)."""
+        poll_chain(self, (self, *self.chained))
 
     def _report_ended(self) -> None:
         """Tell the checkpoint coordinator this task takes part no more."""
@@ -561,7 +513,7 @@ class ExecutorCore:
         try:
             self._open_component()
             if self.checkpoint is not None:
-                self.checkpoint.open(*self._checkpoint_start)
+                self.checkpoint.open()
             elif isinstance(self.obj, _Stateful):  # no checkpoints: a state of its own
                 self.obj.init_state(KeyValueState(component=self.component_id,
                                                   task=self.task_id))
@@ -665,18 +617,3 @@ class ExecutorCore:
         errors), with the fields of metrics ``interval`` when given. Any thread."""
         return task_stats(self, interval)
 
-
-def upstream_spout_tasks(topology: StormTopology, component_id: str) -> tuple[int, ...]:
-    """The tasks of every spout whose streams reach ``component_id`` through any path of
-    subscriptions (the component itself excluded), sorted."""
-    seen, todo, spouts = {component_id}, [component_id], set()
-    while todo:
-        for g in topology.components[todo.pop()].inputs:
-            if g.source in seen:
-                continue
-            seen.add(g.source)
-            if topology.components[g.source].is_spout:
-                spouts.add(g.source)
-            else:
-                todo.append(g.source)
-    return tuple(sorted(t for c in spouts for t in topology.component_tasks[c]))

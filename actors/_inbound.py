@@ -35,6 +35,8 @@ logger = logging.getLogger("storm_on_ray.executor")
 
 #: markers at the end of a sender's stream: never dropped, nor refused
 _MARKERS = (EOS_STREAM, DRAINED_STREAM, BARRIER_STREAM)
+#: a sender whose acknowledgements are not held (see Inbound.hold)
+_NOT_HELD = object()
 #: what a rollback keeps of the frames it drops (an upstream that ended stays ended)
 _END_MARKERS = (EOS_STREAM, DRAINED_STREAM)
 
@@ -167,7 +169,9 @@ class Inbound:
             self.lost_frames += len(st.early)
             st.next_seq, st.early, st.epoch = 0, {}, epoch
             if src_task in self._held:  # (its held acknowledgement was of the old epoch)
-                self._held[src_task] = None
+                with self._lock:
+                    if src_task in self._held:
+                        self._held[src_task] = None
         expected, early = st.next_seq, st.early
         before = expected - 1
         if seq < expected or seq in early:
@@ -208,29 +212,29 @@ class Inbound:
             expected += 1
             st.next_seq = expected
             items, nbytes = early.pop(expected, (None, 0))
-        if src_task in self._held:  # alignment: no credit back until released
-            held = self._held[src_task]
-            if held is None:
-                self._held[src_task] = held = before
-            return held, report
+        if self._held:  # alignment: no credit back to a held sender until released
+            with self._lock:
+                held = self._held.get(src_task, _NOT_HELD)
+                if held is None:
+                    self._held[src_task] = held = before
+            if held is not _NOT_HELD:
+                return held, report
         return expected - 1, report
 
     # -- checkpoints ---------------------------------------------------------------------------
     def hold(self, src_task: int) -> None:
         """Alignment: acknowledge no more frames of ``src_task`` (its sender runs out of
         credit) until :meth:`release`. Executor thread."""
-        self._held.setdefault(src_task, None)
+        with self._lock:
+            self._held.setdefault(src_task, None)
 
     def release(self) -> list[tuple[int, int, int]]:
         """End every hold: ``(src_task, epoch, ack)`` for each sender whose
         acknowledgement was held (the credit to send it by another call)."""
-        held, self._held = self._held, {}
-        out = []
-        for src in held:
-            st = self._senders.get(src)
-            if st is not None:
-                out.append((src, st.epoch, st.next_seq - 1))
-        return out
+        with self._lock:
+            held, self._held = self._held, {}
+            senders = [(src, self._senders.get(src)) for src in held]
+        return [(src, st.epoch, st.next_seq - 1) for src, st in senders if st is not None]
 
     def begin_rollback(self, gen: int) -> None:
         """A rollback to generation ``gen`` starts: from now on frames of an earlier

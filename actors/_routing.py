@@ -526,3 +526,19 @@ def parse_actor_name(name: str) -> ActorName | None:
     if m is None:
         return None
     return ActorName(m["prefix"], m["topology"], m["kind"], int(m["index"]))
+
+
+def upstream_spout_tasks(topology: StormTopology, component_id: str) -> tuple[int, ...]:
+    """The tasks of every spout whose streams reach ``component_id`` through any path of
+    subscriptions (the component itself excluded), sorted."""
+    seen, todo, spouts = {component_id}, [component_id], set()
+    while todo:
+        for g in topology.components[todo.pop()].inputs:
+            if g.source in seen:
+                continue
+            seen.add(g.source)
+            if topology.components[g.source].is_spout:
+                spouts.add(g.source)
+            else:
+                todo.append(g.source)
+    return tuple(sorted(t for c in spouts for t in topology.component_tasks[c]))

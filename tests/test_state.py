@@ -15,7 +15,7 @@ import ray
 
 from actors import ExecutorCore, make_executor, stream_table
 from actors._streams import BARRIER_STREAM
-from actors.state import CoordinatorCore
+from actors.state import CoordinatorCore, enable_checkpoints
 from actors.state.providers import MemoryProvider
 from cluster import plan, read_state
 from tests._util import until
@@ -215,7 +215,7 @@ def test_alignment_parks_a_channel_after_its_barrier_and_holds_its_credit():
                + topo.component_tasks["out"]}
     core = make_executor("t", topo, {"topology.acker.executors": 0}, count, workers)
     store = MemoryProvider().task_store("count", count)
-    core.enable_checkpoints(store)
+    enable_checkpoints(core, store)
     reports, grants, downstream = [], [], []
     core.checkpoint.report = lambda *r: reports.append(r)
     core.checkpoint.grant = lambda *g: grants.append(g)
@@ -253,7 +253,7 @@ def test_barrier_of_an_ended_input_is_not_waited_for():
     a, bb = topo.component_tasks["src"]
     core = make_executor("t", topo, {"topology.acker.executors": 0}, count,
                          {t: 0 for t in (count, a, bb)})
-    core.enable_checkpoints(MemoryProvider().task_store("count", count))
+    enable_checkpoints(core, MemoryProvider().task_store("count", count))
     reports = []
     core.checkpoint.report = lambda *r: reports.append(r)
     core.connect({})

@@ -35,11 +35,17 @@ from topology import StormTopology
 from topology._keygroups import key_group_count, key_group_range, state_key_group
 from topology._state import KeyValueState, StatefulBolt, StatefulSpout, _Stateful
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (actors/_executor.py imports this module: no cycle at run time)
     from actors._executor import ExecutorCore
+    from actors._inbound import Inbound
+    from backpressure import JCQueue
 
 logger = logging.getLogger("storm_on_ray.checkpoint")
 
+#: a task paused by a checkpoint rollback reports again this often (seconds) until it is
+#: resumed: Ray fails a call to an actor that is still restarting (at-most-once actor
+#: tasks), so the coordinator's resume to a task that paused while it restarted can be lost
+PAUSED_REPORT_S = 1.0
 #: the coordinator's messages to a task
 _KINDS = ("trigger", "commit", "rollback", "resume")
 #: the end markers a rollback keeps (an upstream that ended stays ended)
@@ -77,6 +83,61 @@ def keyed_state(topology: StormTopology, component: str, task: int, conf: dict
     return (lambda key: state_key_group(key, arity, groups)), owned
 
 
+def enable_checkpoints(core: ExecutorCore, store: TaskStore | None, gen: int = 0,
+                       checkpoint_id: int | None = None, paused: bool = False,
+                       key_group: Callable[[Any], int] | None = None,
+                       groups: range | None = None) -> TaskCheckpoint:
+    """Make ``core`` take part in checkpoints (before it starts; a chain host before its
+    chained tasks, which share its inbox): ``store`` is its ``TaskStore`` (None without
+    state). At start the state of ``checkpoint_id`` is restored; ``paused`` (a restarted
+    task) waits for the coordinator's resume of generation ``gen`` first."""
+    host = core.chain_host
+    core.checkpoint = TaskCheckpoint(core, store, key_group, groups,
+                                     host.checkpoint.inbox if host is not None else None,
+                                     (gen, checkpoint_id, paused))
+    return core.checkpoint
+
+
+def drop_queued(queue: JCQueue, inbound: Inbound) -> list:
+    """A rollback: empty ``queue`` (receive queue and overflow) under the inbound side's
+    insert lock, so no frame of an older epoch enters after; returns the end markers it
+    held and those of frames dropped on arrival (an upstream that ended stays ended)."""
+    markers = []
+
+    def drop(el) -> None:
+        if el is not FLUSH and el[1] in _MARKERS:
+            markers.append(el)
+    with inbound.fill_lock:
+        while queue.size() or not queue.is_empty_overflow():
+            if not queue.consume(drop):
+                break
+    markers.extend(inbound.take_kept_markers())
+    return markers
+
+
+def poll_chain(host: ExecutorCore, cores: tuple) -> None:
+    """Apply the coordinator's messages queued for ``cores`` (a host and the tasks chained
+    into it, sharing its inbox) on the host's executor thread; while any of them is paused
+    by a rollback, wait here for the resume (or a stop), reporting again every
+    :data:`PAUSED_REPORT_S`."""
+    inbox = host.checkpoint.inbox
+    again = time.monotonic() + PAUSED_REPORT_S
+    while True:
+        while inbox:
+            cp, kind, args = inbox.popleft()
+            if cp.core.state == "running":
+                cp.apply(kind, args)
+        paused = [c.checkpoint for c in cores if c.state == "running" and c.checkpoint.paused]
+        if host._stop or not paused:
+            return
+        host.wakeup.wait(0.05)
+        host.wakeup.clear()
+        if time.monotonic() >= again:  # the resume may have been lost: ask again
+            again = time.monotonic() + PAUSED_REPORT_S
+            for cp in paused:
+                cp.report("paused", cp.core.task_id, cp.gen)
+
+
 def clear_ledger(ledger) -> None:
     """Forget every tree and held acking value of a task's ledger (a rollback)."""
     if ledger is None:
@@ -96,12 +157,16 @@ class TaskCheckpoint:
         store: the task's store (None for a task without state).
         key_group: the state key → key group function of a keyed (fields-grouped) bolt.
         groups: the key groups the task owns (None: per-task state).
+        inbox: the coordinator messages' queue (a chained task shares its host's).
+        start: ``(gen, checkpoint_id, paused)`` for :meth:`open`.
     """
 
     def __init__(self, core: ExecutorCore, store: TaskStore | None,
                  key_group: Callable[[Any], int] | None = None,
-                 groups: range | None = None, inbox: deque | None = None) -> None:
+                 groups: range | None = None, inbox: deque | None = None,
+                 start: tuple = (0, None, False)) -> None:
         self.core = core
+        self._start = start
         self.store = store
         self.obj = core.obj
         self.stateful = is_stateful(core.obj)
@@ -147,10 +212,11 @@ class TaskCheckpoint:
         self.parked_max = 0
 
     # -- start ------------------------------------------------------------------------------
-    def open(self, gen: int, checkpoint_id: int | None, paused: bool) -> None:
-        """After ``open``/``prepare``: restore ``checkpoint_id`` (None: empty) and call
-        ``init_state``. ``paused``: a restarted task, which reports and waits for the
-        resume before its first tuple."""
+    def open(self) -> None:
+        """After ``open``/``prepare``: restore the start's checkpoint (None: empty) and
+        call ``init_state``. A restarted task (``paused``) waits for the resume of the
+        start's generation before its first tuple."""
+        gen, checkpoint_id, paused = self._start
         self.gen = gen
         if paused:  # every sender starts anew after the rollback: its first frame is seq 0
             self.core.inbound.begin_rollback(gen)
