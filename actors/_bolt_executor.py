@@ -227,9 +227,16 @@ class BoltExecutor(ExecutorCore):
             if self.queue.try_publish_direct(self._tick_el):
                 self._tick_due, self._tick_queued = False, True
 
+    def finish_pending_input(self) -> None:
+        if self._batch_in:
+            self.run_batch()
+
     def clear_io(self) -> None:
-        """As :meth:`ExecutorCore.clear_io`; a tick it dropped is due again."""
+        """As :meth:`ExecutorCore.clear_io`, with a ``BatchBolt``'s gathered tuples; a tick
+        it dropped is due again."""
         super().clear_io()
+        if self._batch_in:
+            self._batch_in = []
         if self._tick_queued:
             self._tick_queued, self._tick_due = False, True
 

@@ -497,6 +497,10 @@ class ExecutorCore:
             self.state = "done" if not self._stop else "killed"
             self.done.set()
 
+    def finish_pending_input(self) -> None:
+        """Process input gathered but not yet run (before a checkpoint's snapshot); none
+        here (``BoltExecutor``: a ``BatchBolt``'s batch)."""
+
     def _poll_checkpoints(self) -> None:
         """Apply the coordinator's messages to this task and the tasks chained into it
         (executor thread); after a rollback, wait until all are resumed (``poll_chain``)."""

@@ -176,11 +176,11 @@ class Inbound:
         before = expected - 1
         if seq < expected or seq in early:
             self.duplicate_frames += 1
-            return expected - 1, None
+            return self._ack(src_task, before), None
         if seq > expected:
             early[seq] = (items, nbytes)
             self.early_frames += 1
-            return expected - 1, None
+            return self._ack(src_task, before), None
         report = None
         while items is not None:
             if self._ended():
@@ -212,14 +212,19 @@ class Inbound:
             expected += 1
             st.next_seq = expected
             items, nbytes = early.pop(expected, (None, 0))
-        if self._held:  # alignment: no credit back to a held sender until released
-            with self._lock:
-                held = self._held.get(src_task, _NOT_HELD)
-                if held is None:
-                    self._held[src_task] = held = before
-            if held is not _NOT_HELD:
-                return held, report
-        return expected - 1, report
+        return self._ack(src_task, expected - 1, before), report
+
+    def _ack(self, src_task: int, ack: int, before: int | None = None) -> int:
+        """The acknowledgement to return to ``src_task``: ``ack``, or while its sender is
+        held (alignment) the one it had when the hold began (``before`` this frame), so
+        its credit runs out."""
+        if not self._held:
+            return ack
+        with self._lock:
+            held = self._held.get(src_task, _NOT_HELD)
+            if held is None:
+                self._held[src_task] = held = ack if before is None else before
+        return ack if held is _NOT_HELD else held
 
     # -- checkpoints ---------------------------------------------------------------------------
     def hold(self, src_task: int) -> None:

@@ -174,6 +174,12 @@ def _refuse_unsound_state(topology: StormTopology, conf: dict) -> None:
             f"{sorted(topology.back_edges)}) cannot checkpoint them: barriers cannot be "
             f"aligned around a cycle; remove the cycle or keep the state outside it")
     acking = bool(topology.acker_tasks)
+    if not acking and (conf["topology.executor.overflow.limit"]
+                       or conf["topology.executor.overflow.limit.bytes"]):
+        raise ConfigError(
+            f"stateful bolts {stateful}: topology.executor.overflow.limit(.bytes) drops "
+            f"tuples beyond the limit, and without acking nothing rolls back for them, so "
+            f"the state would miss them; leave the overflow unbounded or switch acking on")
     timeout = conf["topology.message.timeout.secs"]
     interval = conf["topology.state.checkpoint.interval.ms"]
     if acking and timeout and interval >= timeout * 1000:

@@ -493,3 +493,60 @@ def test_drain_ends_after_a_checkpoint_that_holds_every_tuple_taken(cluster, nam
         assert merged_counts(state["count"]) == taken
     finally:
         cluster.kill_topology(name)
+
+
+def test_a_restarted_checkpoint_coordinator_rolls_back_and_the_count_stays_exact(
+        cluster, name, tmp_path):
+    """The coordinator's actor killed (Ray restarts it): it learns from its log where the
+    last commit was, rolls every task back to it and runs rounds again."""
+    data = words(6000)
+    b = TopologyBuilder()
+    b.set_spout("src", IterableSpout(data, fields=("word",)))
+    b.set_bolt("count", StatefulWordCount(delay_s=0.0005)).fields_grouping("src", ("word",))
+    ckpt = str(tmp_path / "ckpt")
+    handle = cluster.submit_topology(name, {
+        "topology.acker.executors": 0, "topology.state.checkpoint.interval.ms": 200,
+        "topology.state.checkpoint.dir": ckpt}, b.create_topology())
+    try:
+        until(lambda: handle.checkpoint_stats()["completed"] >= 1, 60, "a checkpoint")
+        assert not handle.wait(0.1)  # still running
+        ray.kill(handle.checkpoints, no_restart=False)
+        until(lambda: (lambda s: s["rollbacks"] >= 1 and not s["rolling_back"])(
+            handle.checkpoint_stats()), 60, "the restarted coordinator's rollback")
+        assert _counts_after(handle, ckpt, name) == collections.Counter(data)
+    finally:
+        cluster.kill_topology(name)
+
+
+def test_refused_an_overflow_limit_without_acking():
+    with pytest.raises(ConfigError, match="overflow.limit"):
+        plan(_stateful().create_topology(), {"topology.acker.executors": 0,
+                                             "topology.executor.overflow.limit": 100})
+
+
+def test_a_batch_bolts_gathered_tuples_run_before_the_barrier_goes_on():
+    """Tuples a BatchBolt gathered before its inputs' barriers are processed, and their
+    output emitted, before it forwards the barrier (they belong to that checkpoint)."""
+    from tests.components import SumBatchBolt
+
+    b = TopologyBuilder()
+    b.set_spout("src", IterableSpout([1], fields=("seq",)))
+    b.set_bolt("batch", SumBatchBolt(max_batch_size=100), 1).shuffle_grouping("src")
+    b.set_bolt("out", PassBolt(), 1).shuffle_grouping("batch")
+    topo = b.create_topology()
+    (src,), (batch,), (out,) = (topo.component_tasks[c] for c in ("src", "batch", "out"))
+    core = make_executor("t", topo, {"topology.acker.executors": 0}, batch,
+                         {src: 0, batch: 0, out: 0})
+    enable_checkpoints(core, None)
+    core.checkpoint.report = lambda *r: None
+    downstream = []
+    core.connect({out: lambda items: downstream.extend(items) or len(items)})
+    core._open()
+    s = [i for i, (c, _, _) in enumerate(stream_table(topo)) if c == "src"][0]
+    core.handle((src, s, [7]))
+    core.handle((src, s, [8]))
+    assert core.obj.sizes == []  # gathered, not run yet
+    core.handle((src, BARRIER_STREAM, [1]))
+    core.outbox.try_flush_batches()
+    assert [list(it[1]) for it in downstream] == [[7], [8], [1]]
+    assert downstream[-1][0] == BARRIER_STREAM

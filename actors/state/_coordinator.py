@@ -266,6 +266,27 @@ def _ray_actor():
                 [t for t in self._hosts if t in set(ackers)])
             self._stopped = False
             self._started = False
+            if restarted:  # Ray restarted this actor: nobody calls start() again
+                self._recover()
+
+        def _recover(self, timeout: float = 10.0) -> None:
+            """A restarted coordinator learns which tasks have ended (they take part no
+            more), then starts: its first step rolls every task back."""
+            refs = {}
+            for t in sorted(self._hosts):
+                try:
+                    refs[self._handle(t).is_done.remote(t)] = t
+                except Exception as e:  # a task restarting too: it asks us itself
+                    logger.warning("task %d: not asked whether it ended: %s", t, e)
+            ready = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)[0] if refs \
+                else []
+            for ref in ready:
+                try:
+                    if ray.get(ref):
+                        self.core.finished.add(refs[ref])
+                except Exception as e:
+                    logger.warning("task %d: %s", refs[ref], e)
+            self.start()
 
         def _handle(self, task: int):
             host = self._hosts.get(task, task)

@@ -238,6 +238,13 @@ class TaskCheckpoint:
         if kind not in _KINDS:
             raise ValueError(f"unknown checkpoint message {kind!r}")
         if kind == "rollback" and args[0] > self.gen:
+            if self.core.state in ("ending", "done"):
+                # its inputs have all ended, so every upstream spout's final checkpoint
+                # has committed: the rollback's target holds all it did; it only flushes
+                # its end of stream now, and pauses at once (a done one is not waited for)
+                self.gen = args[0]
+                self.report("paused", self.core.task_id, args[0])
+                return
             self.core.inbound.begin_rollback(args[0])
         self.received[kind] = self.received.get(kind, 0) + 1
         self.inbox.append((self, kind, args))
@@ -295,9 +302,12 @@ class TaskCheckpoint:
         core = self.core
         self.gen = gen
         self.rollbacks += 1
-        self.aligning, self.seen, self.parked = None, set(), []
+        ended = [el for el in self.parked if el[1] in _MARKERS]  # (an input that ended
+        self.aligning, self.seen, self.parked = None, set(), []  # stays ended)
         core.blocked = frozenset()
         core.clear_io()
+        for el in ended:
+            core._control(el[0], el[1], el[2])
         clear_ledger(core.ledger)
         self.reset_sinks(gen)
         if checkpoint_id is not None and (self.last_committed is None
@@ -323,6 +333,11 @@ class TaskCheckpoint:
                 self.report("corrupt", core.task_id, e.checkpoint_id)
                 self.paused = True
                 return
+            except Exception as e:  # the store failed: stay paused, roll back again
+                core.errors.report(e, f"restore of checkpoint {checkpoint_id}")
+                self.paused = True
+                self.report("failed", core.task_id, f"restore failed: {e}")
+                return
             if self.is_spout:  # rewind: the spout reads its position again
                 self._user("init_state", self.state)
                 self.rewound = True
@@ -334,23 +349,33 @@ class TaskCheckpoint:
         if gen == self.gen and self.paused:
             self.paused = False
 
-    def _user(self, hook: str, *args) -> None:
+    def _user(self, hook: str, *args) -> bool:
+        """Call a user hook; an exception is reported (False)."""
         try:
             getattr(self.obj, hook)(*args)
-        except Exception as e:  # user code: reported; the checkpoint goes on
+        except Exception as e:  # user code: reported
             self.core.errors.report(e, hook)
+            return False
+        return True
 
     def snapshot(self, checkpoint_id: int) -> None:
         """Write this task's changes for ``checkpoint_id`` and report it prepared."""
         core = self.core
         t0 = time.perf_counter()
         if self.stateful:
-            self._user("pre_prepare", checkpoint_id)
+            if not self._user("pre_prepare", checkpoint_id):  # (Flink declines it)
+                self.failed(f"pre_prepare of checkpoint {checkpoint_id} raised")
+                return
             state = self.state
             puts, deletes = state.take_changes()
             kg, enc = state.key_group_of, self._encode_key
-            self.store.prepare(checkpoint_id, [(kg(k), enc(k), v) for k, v in puts],
-                               [(kg(k), enc(k)) for k in deletes])
+            try:
+                self.store.prepare(checkpoint_id, [(kg(k), enc(k), v) for k, v in puts],
+                                   [(kg(k), enc(k)) for k in deletes])
+            except Exception as e:  # (a full disk...): the round fails, the task goes on
+                core.errors.report(e, f"snapshot of checkpoint {checkpoint_id}")
+                self.failed(f"snapshot of checkpoint {checkpoint_id} failed: {e}")
+                return
             self.last_keys_written = len(puts) + len(deletes)
         self.checkpoints += 1
         self.last_snapshot_ms = (time.perf_counter() - t0) * 1000
@@ -376,8 +401,9 @@ class TaskCheckpoint:
             self.aligning, self.seen = cid, {src}
         elif cid == self.aligning:
             self.seen.add(src)
-        else:  # a barrier of another round: this channel lost frames; the round fails
-            self.core.count_bad_frame()
+        else:  # a barrier of another round while aligning: frames were lost; roll back
+            self.core.count_bad_frame()  # now rather than at the round's timeout
+            self.failed(f"barrier {cid} from task {src} while aligning {self.aligning}")
             return
         core = self.core
         if (core.upstream_open - core.back_sources) <= self.seen:
@@ -395,6 +421,7 @@ class TaskCheckpoint:
         if not (core.upstream_open - core.back_sources) <= self.seen:
             return
         cid = self.aligning
+        core.finish_pending_input()  # (a BatchBolt's gathered tuples precede the barrier)
         self.snapshot(cid)
         core.send_barrier(cid)
         self.aligning, self.seen = None, set()
