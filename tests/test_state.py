@@ -506,13 +506,20 @@ def test_a_restarted_checkpoint_coordinator_rolls_back_and_the_count_stays_exact
     ckpt = str(tmp_path / "ckpt")
     handle = cluster.submit_topology(name, {
         "topology.acker.executors": 0, "topology.state.checkpoint.interval.ms": 200,
+        "topology.executor.receive.buffer.size": 256, "topology.producer.batch.size": 50,
         "topology.state.checkpoint.dir": ckpt}, b.create_topology())
-    try:
+    try:  # (small queues: a barrier does not wait behind the whole input)
         until(lambda: handle.checkpoint_stats()["completed"] >= 1, 60, "a checkpoint")
         assert not handle.wait(0.1)  # still running
         ray.kill(handle.checkpoints, no_restart=False)
-        until(lambda: (lambda s: s["rollbacks"] >= 1 and not s["rolling_back"])(
-            handle.checkpoint_stats()), 60, "the restarted coordinator's rollback")
+
+        def rolled_back() -> bool:
+            try:
+                s = handle.checkpoint_stats()
+            except ray.exceptions.RayActorError:  # (still restarting)
+                return False
+            return s["rollbacks"] >= 1 and not s["rolling_back"]
+        until(rolled_back, 60, "the restarted coordinator's rollback")
         assert _counts_after(handle, ckpt, name) == collections.Counter(data)
     finally:
         cluster.kill_topology(name)
