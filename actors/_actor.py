@@ -101,7 +101,7 @@ class ExecutorActor:
         self._checkpoints = None  # the checkpoint coordinator (fetched by name)
         rejoining = prefix is not None and not first_start(prefix,
                                                            actor_name(None, TASK, task_id))
-        if prefix is not None and checkpointed(topology):
+        if prefix is not None and checkpointed(topology, conf):
             self._enable_checkpoints(topology_name, topology, conf, rejoining)
         if rejoining:
             for c in self.cores.values():  # (a chain restarts as one: every task anew)

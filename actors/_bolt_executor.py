@@ -10,7 +10,9 @@ from actors._acking import BoltLedger
 from actors._collectors import BoltCollector
 from actors._executor import ExecutorCore
 from actors._streams import BARRIER_STREAM, DRAINED_STREAM, EOS_STREAM, FLUSH, TICK_STREAM
+from actors.state._task import checkpointed
 from actors.windowing import WindowedBoltExecutor
+from actors.windowing.persistent import PersistentWindowedBoltExecutor
 from backpressure import SITE_QUEUE
 from topology import (
     SYSTEM_COMPONENT_ID,
@@ -88,9 +90,16 @@ class BoltExecutor(ExecutorCore):
     def failed(self) -> int:
         return self.ledger.failed if self.is_acker else self._failed + self.collector.failed
 
-    def _component_object(self, obj):
-        """A :class:`WindowedBolt` runs inside a :class:`WindowedBoltExecutor` (Storm's)."""
-        return WindowedBoltExecutor(obj) if isinstance(obj, WindowedBolt) else obj
+    def _component_object(self, obj, topology, conf: dict):
+        """A :class:`WindowedBolt` runs inside a :class:`WindowedBoltExecutor` (Storm's),
+        or, in a topology that runs checkpoints, a :class:`PersistentWindowedBoltExecutor`
+        (its windows are checkpointed; the plan refuses a ``StatefulWindowedBolt`` there
+        without ``with_persistence()``)."""
+        if not isinstance(obj, WindowedBolt):
+            return obj
+        if checkpointed(topology, conf):
+            return PersistentWindowedBoltExecutor(obj)
+        return WindowedBoltExecutor(obj)
 
     def _open(self) -> None:
         super()._open()

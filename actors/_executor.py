@@ -90,7 +90,7 @@ class ExecutorCore:
         self.is_spout = spec.is_spout
         self.is_acker = cid == ACKER_ID
         self.conf = c = make_config({**conf, **dict(spec.conf)})
-        self.obj = self._component_object(spec.obj)
+        self.obj = self._component_object(spec.obj, topology, conf)
         self.bp_wait = make_wait_strategy(c, "backpressure")
         self.idle_wait = make_wait_strategy(c, "spout" if self.is_spout else "bolt")
         #: set when input reaches the queue, a send completes, a remote backlog clears or
@@ -611,9 +611,10 @@ class ExecutorCore:
         """Call the component's ``close`` (a spout) or ``cleanup`` (a bolt)."""
         raise NotImplementedError
 
-    def _component_object(self, obj):
+    def _component_object(self, obj, topology: StormTopology, conf: dict):
         """The object this task runs for its component's ``obj`` (the topology's instance,
-        which the task's copy of the topology holds); a subclass may wrap it."""
+        which the task's copy of the topology holds) in ``topology`` submitted with
+        ``conf``; a subclass may wrap it."""
         return obj
 
     def stats(self, interval: IntervalMetrics | None = None) -> TaskStats:

@@ -16,11 +16,13 @@ from types import MappingProxyType
 from typing import Any
 
 from actors import TaskLinks, task_links
+from actors.state import checkpointed, is_stateful
 from topology import (
     ACKER_ID,
     DEAD_LETTER_STREAM,
     BatchBolt,
     ConfigError,
+    StatefulWindowedBolt,
     StormTopology,
     TopologyError,
     WindowedBolt,
@@ -161,13 +163,19 @@ def _refuse_shedding_with_acking(topology: StormTopology, conf: dict) -> None:
 def _refuse_unsound_state(topology: StormTopology, conf: dict) -> None:
     """A stateful topology (actors/state) is exactly-once only where a rollback can
     replay: refuse what cannot (docs/state.md, the guarantee matrix)."""
-    from actors.state import checkpointed, is_stateful
-
-    if not checkpointed(topology):
+    if not checkpointed(topology, conf):
         return
     comps = topology.components
     stateful = sorted(c for c, spec in comps.items() if not spec.is_spout
-                      and is_stateful(spec.obj))
+                      and (is_stateful(spec.obj) or isinstance(spec.obj, WindowedBolt)))
+    for cid in stateful:
+        obj = comps[cid].obj
+        if isinstance(obj, StatefulWindowedBolt) and not obj.persistent:
+            raise TopologyError(
+                f"stateful windowed bolt {cid!r} has no with_persistence(): its state would "
+                f"be exactly-once but its open windows would be lost when a task fails, so "
+                f"the windows would be at most at-least-once; call with_persistence() to "
+                f"checkpoint them with the state")
     if topology.back_edges:
         raise TopologyError(
             f"stateful bolts {stateful}: a topology with a cycle (back edges "
@@ -220,20 +228,31 @@ def _window_acks_for_live_sources(topology: StormTopology, conf: dict,
     """A spout whose source waits for acks (``acks_hold_source``: a Spark streaming spout
     with msg ids) starts its next micro-batch only once the current one is acked, and only
     the next micro-batch moves event time; a windowed bolt acking as tuples leave its
-    windows would wait for it for ever. There windowed bolts ack on entry
-    (``topology.bolts.window.ack.on.entry``, unless set); one set to false is warned of."""
+    windows would wait for it for ever. Unless ``topology.bolts.window.ack.on.entry`` is
+    set, such a topology runs checkpoints (``actors.state.checkpointed``): its windows are
+    persistent and ack on entry, and the source's acks come when the checkpoint holding the
+    tuples commits. Set true, windowed bolts ack on entry without checkpoints (warned:
+    at-least-once up to the windows); set false, they ack as tuples leave (warned: a
+    window may never close)."""
     live = sorted(cid for cid, spec in topology.components.items()
                   if spec.is_spout and spec.obj.acks_hold_source)
-    if not live:
-        return
+    windowed = sorted(cid for cid, spec in topology.components.items()
+                      if isinstance(spec.obj, WindowedBolt))
     key = "topology.bolts.window.ack.on.entry"
-    if conf.get(key) is None:
-        conf[key] = True
-    for cid, spec in sorted(topology.components.items()):
-        if isinstance(spec.obj, WindowedBolt) and {**conf, **spec.conf}.get(key) is False:
+    if not live or not windowed or checkpointed(topology, conf):
+        return
+    for cid in windowed:
+        on_entry = {**conf, **topology.components[cid].conf}.get(key)
+        if on_entry is False:
             warnings.append(f"windowed bolt {cid!r} acks as tuples leave its windows ({key} "
                             f"false) while spouts {live} wait for acks before their next "
                             f"micro-batch: an event-time window may then never close")
+        elif on_entry:
+            warnings.append(f"windowed bolt {cid!r} acks tuples as they enter its windows "
+                            f"({key} true) without checkpoints: spouts {live} let their "
+                            f"source commit rows whose open windows a failed task loses "
+                            f"(at-least-once up to the windows); leave {key} unset for "
+                            f"persistent windows")
 
 
 def plan(topology: StormTopology, conf: dict | None) -> TopologyPlan:
@@ -277,7 +296,8 @@ def plan(topology: StormTopology, conf: dict | None) -> TopologyPlan:
                 make_config({**conf, **spec.conf})
             except ConfigError as e:
                 raise ConfigError(f"component {cid!r}: {e}") from None
-        if isinstance(spec.obj, WindowedBolt):  # Storm's submit checks of a window
+        if isinstance(spec.obj, WindowedBolt) and not checkpointed(topology, conf):
+            # Storm's submit checks of a window (persistent windows ack on entry)
             spec.obj.window_spec().check_against(cid, {**conf, **spec.conf})
     check_key_group_parallelism(topology, conf)  # no more tasks than key groups
     requested = conf["topology.workers"]

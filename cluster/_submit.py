@@ -100,7 +100,7 @@ def launch(p: TopologyPlan, name: str, ready_timeout: float = 120,
             f"{ready_timeout} s; lower topology.component.cpu.pcore.percent or add "
             f"CPUs") from None
     checkpoints = None
-    if checkpointed(topology):
+    if checkpointed(topology, conf):
         try:
             checkpoints = _start_checkpoints(p, name, prefix, conf, pg, lifetime)
         except Exception:

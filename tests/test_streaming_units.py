@@ -253,18 +253,29 @@ def _topology(spout):
     return b.create_topology()
 
 
-def test_plan_makes_windowed_bolts_ack_on_entry_behind_a_source_that_waits_for_acks():
+def test_plan_checkpoints_windowed_bolts_behind_a_source_that_waits_for_acks():
+    """Behind a source that waits for acks, with acking, windows are persistent (the
+    topology runs checkpoints) unless the ack-on-entry key is set: true keeps acking on
+    entry without checkpoints, false acks on leaving; each is warned of."""
+    from actors.state import checkpointed
     from cluster._plan import plan
 
     key = "topology.bolts.window.ack.on.entry"
-    assert plan(_topology(_Live()), {}).conf[key] is True
+    p = plan(_topology(_Live()), {})
+    assert checkpointed(p.topology, p.conf) and not p.warnings
     # acking off: nothing waits for acks
-    assert plan(_topology(_Live()), {"topology.acker.executors": 0}).conf[key] is None
+    p = plan(_topology(_Live()), {"topology.acker.executors": 0})
+    assert not checkpointed(p.topology, p.conf)
     plain = _Live()
     plain.acks_hold_source = False
-    assert plan(_topology(plain), {}).conf[key] is None
+    p = plan(_topology(plain), {})
+    assert not checkpointed(p.topology, p.conf)
+    p = plan(_topology(_Live()), {key: True})
+    assert not checkpointed(p.topology, p.conf)
+    assert any("at-least-once up to the windows" in w for w in p.warnings)
     p = plan(_topology(_Live()), {key: False})
-    assert p.conf[key] is False and any("may then never close" in w for w in p.warnings)
+    assert not checkpointed(p.topology, p.conf)
+    assert any("may then never close" in w for w in p.warnings)
 
 
 # -- the kill command ------------------------------------------------------------------------

@@ -46,7 +46,14 @@ from topology._sinks import DatasetSink, DeadLetterSink
 from topology._spouts import CollectorBolt, IterableSpout
 from topology._state import KeyValueState, StateError, StatefulBolt, StatefulSpout
 from topology._tuple import SYSTEM_COMPONENT_ID, SYSTEM_TICK_STREAM_ID, TICK_FIELDS, Tuple
-from topology.windows import Count, Duration, TupleWindow, WindowedBolt, WindowSpec
+from topology.windows import (
+    Count,
+    Duration,
+    StatefulWindowedBolt,
+    TupleWindow,
+    WindowedBolt,
+    WindowSpec,
+)
 
 __all__ = [
     "ACKER_ID", "BatchBolt", "Bolt", "BoltDeclarer", "CONFIG_KEYS", "CollectorBolt", "Count",
@@ -60,7 +67,7 @@ __all__ = [
     "TopologyError", "Tuple", "TupleWindow", "WindowedBolt", "WindowedBoltExecutor",
     "effective_batch_size", "make_config",
     "BoundedMultiInput", "FORWARD", "TICK_FIELDS", "WindowSpec", "dead_letter_consumers",
-    "KeyValueState", "StateError", "StatefulBolt", "StatefulSpout",
+    "KeyValueState", "StateError", "StatefulBolt", "StatefulSpout", "StatefulWindowedBolt",
 ]
 
 #: names this package gives from the packages beside it, imported on first use

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from topology._config import DEFAULTS
 from topology._errors import ConfigError, TopologyError
 from topology._fields import Fields
+from topology._state import _Stateful
 
 if TYPE_CHECKING:
     from topology._components import OutputCollector, OutputFieldsDeclarer, TopologyContext
@@ -523,3 +524,40 @@ class WindowedBolt:
         The late-tuple stream is declared by the executor, not here."""
         if self.outputs is not None:
             declarer.declare(Fields(tuple(self.outputs)))
+
+
+class StatefulWindowedBolt(_Stateful, WindowedBolt):
+    """A windowed bolt with checkpointed state (Storm's ``BaseStatefulWindowedBolt``): the
+    :class:`WindowedBolt` builder, plus :meth:`init_state` and the checkpoint hooks of a
+    ``StatefulBolt`` (``pre_prepare``, ``pre_commit``, ``pre_rollback``).
+
+    With :meth:`with_persistence` the open windows (their tuples, the per-upstream
+    watermarks and the trigger positions) are checkpointed with the state and restored on
+    a rollback, so a window that fires again after a failure holds the same tuples
+    (event-time windows whose tuples were not late; docs/state.md). Without it the windows
+    would be lost on a failure while the state is exactly-once: the plan refuses that,
+    naming the bolt.
+
+    Attributes:
+        persistent: :meth:`with_persistence` was called.
+        max_events_in_memory: :meth:`with_max_events_in_memory`, or None.
+    """
+
+    persistent = False
+    max_events_in_memory: int | None = None
+
+    def with_persistence(self) -> StatefulWindowedBolt:
+        """Checkpoint the open windows with the state (Storm's ``withPersistence``)."""
+        self.persistent = True
+        return self
+
+    def with_max_events_in_memory(self, n: int) -> StatefulWindowedBolt:
+        """Storm's ``withMaxEventsInMemory``: the most window tuples a task should hold.
+        Here windows stay in memory (they are not evicted to the state store as in Storm);
+        a task that holds more logs a warning once, at a checkpoint.
+
+        Raises:
+            ValueError: ``n`` is not a whole number > 0.
+        """
+        self.max_events_in_memory = _positive(n, "with_max_events_in_memory", "tuples")
+        return self

@@ -30,8 +30,15 @@ from typing import TYPE_CHECKING, Any
 
 from actors._codec import decode_key, value_encoder
 from actors._streams import BARRIER_STREAM, DRAINED_STREAM, EOS_STREAM, FLUSH
+from actors.state._internals import (
+    INTERNAL_GROUP,
+    INTERNAL_GROUPS,
+    INTERNAL_PREFIX,
+    USER_GROUPS,
+    CheckpointedInternals,
+)
 from actors.state._provider import CorruptCheckpoint, TaskStore
-from topology import StormTopology
+from topology import StormTopology, WindowedBolt
 from topology._keygroups import key_group_count, key_group_range, state_key_group
 from topology._state import KeyValueState, StatefulBolt, StatefulSpout, _Stateful
 
@@ -48,6 +55,8 @@ logger = logging.getLogger("storm_on_ray.checkpoint")
 PAUSED_REPORT_S = 1.0
 #: the coordinator's messages to a task
 _KINDS = ("trigger", "commit", "rollback", "resume")
+#: the config key of the windows' ack-on-entry rule (actors/windowing/executor.py)
+ACK_ON_ENTRY = "topology.bolts.window.ack.on.entry"
 #: the end markers a rollback keeps (an upstream that ended stays ended)
 _MARKERS = (EOS_STREAM, DRAINED_STREAM)
 
@@ -57,11 +66,20 @@ def is_stateful(obj: Any) -> bool:
     return isinstance(obj, _Stateful)
 
 
-def checkpointed(topology: StormTopology) -> bool:
+def checkpointed(topology: StormTopology, conf: dict) -> bool:
     """True when the topology runs checkpoints: some bolt is stateful (a stateful spout
-    alone keeps its position only where checkpoints run)."""
-    return any(not spec.is_spout and is_stateful(spec.obj)
-               for spec in topology.components.values())
+    alone keeps its position only where checkpoints run), or a windowed bolt's input
+    comes from a spout whose source waits for acks (a ``StreamingDataFrameSpout`` with
+    msg ids) with acking on, unless ``topology.bolts.window.ack.on.entry`` is set (the
+    plan's choice: such windows are persistent, so Spark commits only rows whose windows
+    are in a committed checkpoint). Every windowed bolt of a checkpointed topology runs
+    with persistent windows."""
+    comps = topology.components.values()
+    if any(not spec.is_spout and is_stateful(spec.obj) for spec in comps):
+        return True
+    return (bool(topology.acker_tasks) and conf.get(ACK_ON_ENTRY) is None
+            and any(spec.is_spout and spec.obj.acks_hold_source for spec in comps)
+            and any(isinstance(spec.obj, WindowedBolt) for spec in comps))
 
 
 def keyed_state(topology: StormTopology, component: str, task: int, conf: dict
@@ -228,8 +246,17 @@ class TaskCheckpoint:
             self.paused = True  # actor still in its constructor fails: the resume would)
 
     def _restore(self, checkpoint_id: int | None) -> None:
-        entries = self.store.restore(checkpoint_id, self.state._groups)
+        groups = self.state._groups
+        entries = self.store.restore(checkpoint_id, USER_GROUPS if groups is None else groups)
         self.state.replace({decode_key(k): v for k, v in entries.items()})
+        if isinstance(self.obj, CheckpointedInternals):
+            entries = self.store.restore(checkpoint_id, INTERNAL_GROUPS)
+            try:
+                self.obj.restore_internals({decode_key(k[1:]): v for k, v in entries.items()
+                                           if k.startswith(INTERNAL_PREFIX)})
+            except ValueError as e:
+                raise CorruptCheckpoint(f"task {self.core.task_id}", checkpoint_id or 0,
+                                        str(e)) from None
 
     # -- control thread ----------------------------------------------------------------------
     def request(self, kind: str, args: tuple) -> None:
@@ -370,8 +397,14 @@ class TaskCheckpoint:
             puts, deletes = state.take_changes()
             kg, enc = state.key_group_of, self._encode_key
             try:
-                self.store.prepare(checkpoint_id, [(kg(k), enc(k), v) for k, v in puts],
-                                   [(kg(k), enc(k)) for k in deletes])
+                puts = [(kg(k), enc(k), v) for k, v in puts]
+                deletes = [(kg(k), enc(k)) for k in deletes]
+                if isinstance(self.obj, CheckpointedInternals):
+                    more, gone = self.obj.internal_changes(checkpoint_id)
+                    pre = INTERNAL_PREFIX
+                    puts += [(INTERNAL_GROUP, pre + enc(k), v) for k, v in more]
+                    deletes += [(INTERNAL_GROUP, pre + enc(k)) for k in gone]
+                self.store.prepare(checkpoint_id, puts, deletes)
             except Exception as e:  # (a full disk...): the round fails, the task goes on
                 core.errors.report(e, f"snapshot of checkpoint {checkpoint_id}")
                 self.failed(f"snapshot of checkpoint {checkpoint_id} failed: {e}")

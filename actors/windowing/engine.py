@@ -212,6 +212,12 @@ class WindowEngine:
         (the spec's :meth:`WindowSpec.tick_interval_ms`)."""
         return self.spec.tick_interval_ms()
 
+    @property
+    def accepted(self) -> int:
+        """Items taken so far (late ones excluded): the ``i``-th accepted item has arrival
+        number ``i``, which :meth:`snapshot` names pending items by."""
+        return self._seq
+
     # -- stimuli ----------------------------------------------------------------------------
 
     def add(self, item: Any, source_task: int, ts_ms: int | None, now_ms: int) -> list[Fire] | None:
@@ -241,6 +247,7 @@ class WindowEngine:
             if now is None or now_ms > now:
                 self._now = now = now_ms
             self.newest_ms = now
+            self._seq += 1
             self._items.append(item)
             self._ts.append(now)
             if not self._per_item:
@@ -562,6 +569,66 @@ class WindowEngine:
         self._base = self._done_hi = self._prev_hi = n
         self._prev_lo = n
         self._prev_window = ()
+
+    # -- checkpoints (actors/windowing/persistent.py) -------------------------------------
+
+    def snapshot(self) -> tuple[dict, list, list, tuple]:
+        """What a restore needs, for a checkpoint (Storm's persistent windows keep the
+        window manager's state in the task's ``WindowState``). O(held); changes nothing.
+
+        Returns:
+            ``(meta, released, pending, previous)``: ``meta`` the engine's figures and
+            positions as plain ints, floats and lists (no items); ``released`` the
+            ``(item, ts)`` not yet done, in release order; ``pending`` the
+            ``(ts, arrival number, item)`` waiting for the watermark, in-order ones first,
+            then the out-of-order heap; ``previous`` the previous window's items (for the
+            next window's ``get_expired()``).
+        """
+        cut = self._done_hi - self._base
+        wm = self._wm
+        meta = {
+            "newest": self.newest_ms, "fired": self.windows_fired, "late": self.late,
+            "done_hi": self._done_hi, "prev_lo": self._prev_lo, "prev_hi": self._prev_hi,
+            "since_fire": self._since_fire, "since_scan": self._since_scan,
+            "next_start": self._next_start, "now": self._now, "seq": self._seq,
+            "upstream": sorted(self._upstream), "ended": sorted(self._ended),
+            "task_max": sorted(self._task_max.items()),
+            "wm": "inf" if wm == math.inf else wm, "wm_slot": self._wm_slot,
+            "closed": self._closed, "in_order": len(self._pending),
+        }
+        released = list(zip(self._items[cut:], self._ts[cut:], strict=True))
+        pending = list(self._pending) + self._pending_heap
+        return meta, released, pending, self._prev_window
+
+    def restore(self, meta: dict, released: list, pending: list, previous: tuple) -> None:
+        """Become the engine that :meth:`snapshot` described (the arguments as it
+        returned them, items restored by the caller). A fresh engine of the same spec is
+        expected; figures and positions are replaced, nothing fires.
+
+        Raises:
+            KeyError, ValueError: ``meta`` is not a snapshot's.
+        """
+        self.newest_ms = meta["newest"]
+        self.windows_fired = meta["fired"]
+        self.late = meta["late"]
+        self._base = self._done_hi = meta["done_hi"]
+        self._prev_lo, self._prev_hi = meta["prev_lo"], meta["prev_hi"]
+        self._since_fire, self._since_scan = meta["since_fire"], meta["since_scan"]
+        self._next_start, self._now, self._seq = meta["next_start"], meta["now"], meta["seq"]
+        self._upstream = set(meta["upstream"])
+        self._ended = set(meta["ended"])
+        self._task_max = {t: ts for t, ts in meta["task_max"]}
+        wm = meta["wm"]
+        self._wm = math.inf if wm == "inf" else wm
+        self._wm_slot = meta["wm_slot"]
+        self._closed = meta["closed"]
+        self._items = [item for item, _ in released]
+        self._ts = [ts for _, ts in released]
+        k = meta["in_order"]
+        self._pending = deque(tuple(p) for p in pending[:k])
+        self._pending_heap = [tuple(p) for p in pending[k:]]
+        heapq.heapify(self._pending_heap)
+        self._prev_window = tuple(previous)
 
     # -- checks -----------------------------------------------------------------------------
 

@@ -127,10 +127,14 @@ class WindowedBoltExecutor(Bolt, BoundedMultiInput):
         if fires is None:
             self._late(tup, ts)
             return
-        if self.ack_on_entry:
-            self.collector.ack(tup)
+        self._took(tup)
         if fires:
             self._fire(fires)
+
+    def _took(self, tup: Tuple) -> None:
+        """``tup`` is in the engine (not late)."""
+        if self.ack_on_entry:
+            self.collector.ack(tup)
 
     def _late(self, tup: Tuple, ts: int | None) -> None:
         late = self.spec.late_stream

@@ -1,0 +1,45 @@
+"""State the runtime keeps for a task beside the user's :class:`topology.KeyValueState`
+(a persistent window's open windows, watermarks and triggers: Storm's ``WindowState``),
+checkpointed with it in the same atomic write and restored with it.
+
+Its entries are stored under key group :data:`INTERNAL_GROUP`, which no user key has (a
+user key's group is 0, or its key group ``>= 0`` in keyed state), with stored keys that
+start with :data:`INTERNAL_PREFIX`, a byte that begins no msgpack value and so no user
+key's bytes: the two never mix, and a reader of the user's state (``handle.state()``)
+leaves them out.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+#: the key group of runtime-internal entries
+INTERNAL_GROUP = -1
+#: the first byte of an internal entry's stored key (0xc1: "never used" in msgpack)
+INTERNAL_PREFIX = b"\xc1"
+#: every group a user key can have
+USER_GROUPS = range(0, 1 << 31)
+#: the internal group alone, for a restore
+INTERNAL_GROUPS = range(INTERNAL_GROUP, INTERNAL_GROUP + 1)
+
+
+class CheckpointedInternals(ABC):
+    """A component object whose runtime-side state is part of its task's checkpoints
+    (declared by the object: the runtime calls these, executor thread only)."""
+
+    @abstractmethod
+    def internal_changes(self, checkpoint_id: int) -> tuple[list[tuple[Any, bytes]], list[Any]]:
+        """What changed since the last call: ``(puts [(key, value bytes)], deleted
+        keys)``; keys are state keys (codec-encodable), written in :data:`INTERNAL_GROUP`.
+        Called after the user's ``pre_prepare`` for checkpoint ``checkpoint_id``."""
+
+    @abstractmethod
+    def restore_internals(self, entries: dict[Any, bytes]) -> None:
+        """Replace the runtime-side state with ``entries`` (key → value bytes, as written
+        up to the checkpoint restored; empty: the state of a first start).
+
+        Raises:
+            ValueError: the entries are not a snapshot this object can read (the caller
+                treats the checkpoint as corrupt).
+        """
