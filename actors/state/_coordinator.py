@@ -7,9 +7,11 @@ every task aligns its inputs on the barrier, snapshots its state (prepared: dura
 id N), forwards the barrier and reports. When every live task has reported, the round
 commits: one durable write of ``COMMITTED N`` in the provider's log is the commit point
 (each task's data for N is already durable), then every task is told (hooks, the spouts'
-acks, garbage collection). Carbone et al., "Lightweight Asynchronous Snapshots for
-Distributed Dataflows" (2015) is the protocol; Storm's own checkpoint spout does not align
-(its docs: at-least-once state).
+acks, garbage collection). A log that cannot be written (its Redis is away) never
+half-commits: a round whose start it cannot record is not started, and a round whose
+commit it cannot record fails and rolls back. Carbone et al., "Lightweight Asynchronous
+Snapshots for Distributed Dataflows" (2015) is the protocol; Storm's own checkpoint spout
+does not align (its docs: at-least-once state).
 
 A failure (a round that fails or times out, a task that restarted, a failed tuple tree)
 rolls the whole topology back (Flink's global failover): the generation goes up, every task
@@ -113,7 +115,8 @@ class CoordinatorCore:
         return []
 
     def tick(self, now: float) -> list[Action]:
-        """Start a round when one is due; fail a round past its deadline."""
+        """Start a round when one is due (not if the log cannot record it: it is tried
+        again an interval later); fail a round past its deadline."""
         if self.waiting is not None:
             return []
         if self.round is not None:
@@ -128,8 +131,15 @@ class CoordinatorCore:
         if not spouts:
             return []
         self.last_id += 1
+        try:
+            self.log.record(PREPARING, self.last_id)
+        except Exception as e:  # (its store is away): no round now, one again when due
+            self.failed_rounds += 1
+            self.next_due = now + self.interval_s
+            logger.warning("checkpoint %d not started: the log did not record it: %s",
+                           self.last_id, e)
+            return []
         self.round, self.round_started, self.reported = self.last_id, now, set()
-        self.log.record(PREPARING, self.round)
         return [Action("trigger", spouts, (self.gen, self.round))]
 
     def prepared(self, task: int, checkpoint_id: int, gen: int, now: float) -> list[Action]:
@@ -143,7 +153,12 @@ class CoordinatorCore:
         if self.round is None or not self.tasks - self.finished <= self.reported:
             return []
         cid = self.round
-        self.log.record(COMMITTED, cid)  # the commit point
+        try:
+            self.log.record(COMMITTED, cid)  # the commit point
+        except Exception as e:  # not committed (or not known to be): the round fails
+            self.failed_rounds += 1
+            return self._rollback(now, f"checkpoint {cid} could not be committed: the log "
+                                       f"did not record it: {e}")
         self.committed = (self.committed + [cid])[-2:]
         self.round = None
         self.completed += 1
@@ -314,8 +329,11 @@ def _ray_actor():
 
         def _timer(self) -> None:
             while not self._stopped:
-                with self._lock:
-                    self._send(self.core.tick(time.monotonic()))
+                try:
+                    with self._lock:
+                        self._send(self.core.tick(time.monotonic()))
+                except Exception:  # a bug: seen, and the rounds go on (a dead timer
+                    logger.exception("checkpoint timer")  # would end them for good)
                 time.sleep(min(0.05, self.core.interval_s / 4))
 
         def prepared(self, task: int, checkpoint_id: int, gen: int) -> None:
