@@ -6,7 +6,9 @@ which the providers are imported.
 SQLite database: no server, durable across the death of the process that wrote them
 (:mod:`actors.state._sqlite`, which describes the layout of its directory).
 ``"memory"`` (:class:`MemoryProvider`, :mod:`actors.state._memory`) keeps them in the
-provider object (tests). A class path
+provider object (tests). ``"redis"`` (:class:`RedisProvider`, :mod:`actors.state._redis`)
+keeps them, and the coordinator's log, in one Redis server that every node reaches (Storm's
+``RedisKeyValueStateProvider``). A class path
 names a :class:`~actors.state._provider.StateProvider` of the user's own, as Storm's
 ``topology.state.provider`` names a ``StateProvider`` class (Storm's
 ``RedisKeyValueStateProvider``, behind ``RedisKeyValueState``, is one; its settings come in
@@ -30,6 +32,7 @@ from urllib.parse import quote
 
 from actors.state._memory import MemoryProvider
 from actors.state._provider import CorruptCheckpoint, StateProvider
+from actors.state._redis import RedisProvider, RedisStateError
 from actors.state._sqlite import (
     BUSY_TIMEOUT_S,
     LOG_FILE,
@@ -48,7 +51,8 @@ from topology import ConfigError
 
 __all__ = [
     "BUSY_TIMEOUT_S", "LOG_FILE", "MARKER", "SCHEMA_VERSION",
-    "LocalProvider", "MemoryProvider", "StateDirError", "StateSnapshot",
+    "LocalProvider", "MemoryProvider", "RedisProvider", "RedisStateError", "StateDirError",
+    "StateSnapshot",
     "committed_checkpoints", "default_checkpoint_dir", "make_provider", "read_state",
 ]
 
@@ -98,15 +102,19 @@ def make_provider(conf: dict, topology_name: str, submit_id: str) -> StateProvid
 
     ``topology.state.provider``: None or ``"local"`` → :class:`LocalProvider` under
     ``topology.state.checkpoint.dir`` (None: :func:`default_checkpoint_dir`); ``"memory"``
-    → :class:`MemoryProvider`; a class path ``module:Class`` or ``module.Class`` → that
-    :class:`StateProvider` subclass, constructed as ``Class(topology_name, submit_id,
-    config)`` with ``topology.state.provider.config`` as a dict (given as one, or as a JSON
-    object in a string; ``{}`` when None). The built-in providers take no config.
+    → :class:`MemoryProvider`; ``"redis"`` → :class:`RedisProvider` with the config's
+    ``host`` (required), ``port``, ``password``, ``username``, ``db``, ``key_prefix`` and
+    ``timeout_ms`` (:class:`~actors.state._redis.RedisConfig`; nothing connects yet); a
+    class path ``module:Class`` or ``module.Class`` → that :class:`StateProvider` subclass,
+    constructed as ``Class(topology_name, submit_id, config)``. The config is
+    ``topology.state.provider.config`` as a dict (given as one, or as a JSON object in a
+    string; ``{}`` when None); the local and memory providers take none.
 
     Raises:
         ConfigError: an unknown provider name, a class path that does not load or is not a
-            StateProvider subclass, or a provider config that is not a dict or a JSON
-            object.
+            StateProvider subclass, a provider config that is not a dict or a JSON
+            object, a redis config without ``host`` or with an unknown key or bad value,
+            or redis-py not installed for ``"redis"``.
         StateDirError: the local provider's directory cannot be used.
     """
     name = conf.get(_PROVIDER_KEY)
@@ -119,9 +127,12 @@ def make_provider(conf: dict, topology_name: str, submit_id: str) -> StateProvid
             return MemoryProvider(topology_name, submit_id)
         return LocalProvider(conf.get("topology.state.checkpoint.dir"), topology_name,
                              submit_id)
+    if name == "redis":
+        return RedisProvider(topology_name, submit_id, config)
     if not isinstance(name, str) or not (":" in name or "." in name):
         raise ConfigError(f"{_PROVIDER_KEY}: unknown provider {name!r}; choose \"local\", "
-                          f"\"memory\" or a class path (module:Class) of a StateProvider")
+                          f"\"memory\", \"redis\" or a class path (module:Class) of a "
+                          f"StateProvider")
     return _provider_class(name)(topology_name, submit_id, config)
 
 

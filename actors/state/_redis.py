@@ -1,0 +1,687 @@
+"""The Redis state provider (``topology.state.provider: "redis"``): :class:`RedisProvider`,
+its task stores and checkpoint log in one Redis server, and :class:`RedisStateError`.
+Import them from :mod:`actors.state.providers`. This module does not import Ray; it
+imports the ``redis`` client (redis-py, ``pip install 'storm-on-ray[redis]'``) only if it
+is installed, and the provider refuses to start without it.
+
+Storm's ``RedisKeyValueState`` keeps a component's state in one Redis hash per namespace,
+the prepared changes in a ``$prepare`` hash beside it and the transaction ids in a
+``$txid`` hash, written by separate commands. This provider keeps the same kinds of
+record, per submit of a topology, component, task and key group, in the versioned base +
+delta layout of the local provider (:mod:`actors.state._sqlite`), and writes each step in
+one ``MULTI``/``EXEC`` transaction (Redis docs, "Transactions": the commands run one after
+the other with no other client's in between, and a connection lost before ``EXEC`` runs
+none of them). Keys, with ``R = <key_prefix><topology>/<submit id>/`` (names
+percent-quoted, so no name can reach into another's keys or a ``SCAN`` pattern)::
+
+    R log                              hash: phase, ckpt (the round being run)
+    R committed                        sorted set: the last committed checkpoint ids
+    R tasks                            set: <component>/<task> of every task store
+    R <component>/<task>/base/<group>  hash: key → value, the state as of base_id
+    R <component>/<task>/base_id       string: the checkpoint base/ is at (absent: none)
+    R <component>/<task>/groups        set: the key groups that have a base/ hash
+    R <component>/<task>/delta/<id>    hash: key → entry, what checkpoint <id> changed
+    R <component>/<task>/versions      hash: <id> → "<entries> <CRC-32>" of delta/<id>
+
+A delta entry is the key group (8 bytes, big-endian), a flag (1: put, 0: delete) and the
+value. ``versions`` plays the part of Storm's ``$txid``: a restore checks each delta it
+reads against its count and CRC-32 (the local provider's check), so a damaged or partly
+lost checkpoint is a :class:`~actors.state._provider.CorruptCheckpoint` naming the Redis
+key, not a silently different state.
+
+A key's group is a function of the key for the whole submit (``topology._keygroups``), so
+a key lives in one ``base/<group>`` hash. One standalone Redis server (or a proxy in front
+of one); Redis Cluster is not supported (the keys of one transaction are not given a
+common hash slot).
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import struct
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, unquote
+
+from actors.state._provider import (
+    COMMITTED,
+    CheckpointLog,
+    CorruptCheckpoint,
+    StateProvider,
+    TaskStore,
+)
+from actors.state._sqlite import (
+    _KEEP_COMMITTED,
+    _changes,
+    _check_phase,
+    _entries_crc,
+    _in_groups,
+)
+from topology import ConfigError
+
+try:  # an optional dependency: only this provider needs it
+    import redis
+    from redis.backoff import ExponentialBackoff
+    from redis.retry import Retry
+except ImportError:  # pragma: no cover (the test extra installs it)
+    redis = None
+
+__all__ = ["RedisConfig", "RedisProvider", "RedisStateError"]
+
+log = logging.getLogger(__name__)
+
+_CONFIG_KEY = "topology.state.provider.config"
+_ENTRY_HEAD = struct.Struct(">qB")  # key group, 1 put / 0 delete; then the value
+#: fields per HSET/HDEL command inside one transaction (one command's arguments are built
+#: in one buffer by client and server alike; a large delta goes as several commands)
+_CHUNK = 4096
+#: the key groups of user state (the runtime's own entries, such as a persistent window's,
+#: are stored under negative groups): what :meth:`RedisProvider.read_state` shows
+_USER_GROUPS = range(0, 1 << 63)
+#: SCAN's COUNT hint when deleting a submit's keys
+_SCAN_COUNT = 1000
+#: a command that cannot connect or times out is tried again this many times, waiting
+#: ``base * 2**n`` s before the n-th (redis-py's ExponentialBackoff, at most the cap): a
+#: Redis restart shorter than the waits together costs no failed round, and during a longer
+#: outage each step fails only after them, so a rollback that cannot restore is not retried
+#: in a busy loop
+_RETRIES = 3
+_BACKOFF_BASE_S, _BACKOFF_CAP_S = 0.1, 1.0
+
+
+class RedisStateError(Exception):
+    """A Redis command of the redis state provider failed (unreachable, refused, or an
+    error reply). The message names the server's address and the command;
+    ``address`` (``host:port/db``) and ``command`` hold them."""
+
+    def __init__(self, address: str, command: str, why: str) -> None:
+        super().__init__(f"Redis at {address}: {command} failed: {why}")
+        self.address, self.command, self.why = address, command, why
+
+    def __reduce__(self):  # (pickles with its three arguments, e.g. into a Ray error)
+        return type(self), (self.address, self.command, self.why)
+
+
+@dataclass(frozen=True)
+class RedisConfig:
+    """``topology.state.provider.config`` of the redis provider (Storm's
+    ``JedisPoolConfig``: host, port, timeout, password, database).
+
+    Attributes:
+        host: the server every node connects to; required, since ``localhost`` would be
+            another Redis on each Ray node.
+        port: its TCP port (6379, Redis's default).
+        password: ``AUTH`` password (None: no ``AUTH``).
+        username: ACL user for ``AUTH`` (None: the default user).
+        db: the database number (0, Redis's default).
+        key_prefix: prepended to every key (``"storm-on-ray:"``: a shared Redis shows
+            whose keys these are).
+        timeout_ms: connect and read timeout of each command (5000 ms: above the reply
+            time of a large commit, well below ``topology.state.checkpoint.timeout.secs``).
+    """
+
+    host: str
+    port: int = 6379
+    password: str | None = None
+    username: str | None = None
+    db: int = 0
+    key_prefix: str = "storm-on-ray:"
+    timeout_ms: int = 5000
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> RedisConfig:
+        """Check and convert a config dict.
+
+        Raises:
+            ConfigError: no ``host``, an unknown key, or a value of the wrong type or range.
+        """
+        known = list(cls.__dataclass_fields__)
+        for key in raw:
+            if key not in known:
+                close = difflib.get_close_matches(str(key), known, 1)
+                hint = f"; did you mean {close[0]!r}?" if close else f"; known: {known}"
+                raise ConfigError(f"{_CONFIG_KEY}: unknown key {key!r} for the redis "
+                                  f"provider{hint}")
+        if not raw.get("host"):
+            raise ConfigError(
+                f"topology.state.provider \"redis\" needs \"host\" in {_CONFIG_KEY} (a Redis "
+                f"every Ray node reaches: \"localhost\" would be another one on each node), "
+                f"e.g. {{\"host\": \"10.0.0.5\", \"port\": 6379, \"password\": ...}}; or "
+                f"choose \"local\" or \"memory\"")
+
+        def check(key: str, types: tuple, ok: Callable[[Any], bool] = lambda v: True,
+                  what: str = "") -> None:
+            v = raw.get(key)
+            if v is None or (isinstance(v, types) and not isinstance(v, bool) and ok(v)):
+                return
+            raise ConfigError(f"{_CONFIG_KEY}: {key!r} must be {what or types[0].__name__}, "
+                              f"got {v!r}")
+        check("host", (str,))
+        check("port", (int,), lambda v: 0 < v < 65536, "a port number (1-65535)")
+        check("password", (str,))
+        check("username", (str,))
+        check("db", (int,), lambda v: v >= 0, "a database number >= 0")
+        check("key_prefix", (str,))
+        check("timeout_ms", (int,), lambda v: v > 0, "a positive int (ms)")
+        return cls(**{k: v for k, v in raw.items() if v is not None})
+
+    @property
+    def address(self) -> str:
+        """``host:port/db`` (an IPv6 host in brackets), as errors name the server."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}/{self.db}"
+
+
+def _q(name: str) -> str:
+    """``name`` as one segment of a key: percent-quoted, no ``/`` and no glob character."""
+    return quote(name, safe="")
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+class _Client:
+    """One connection pool to the server and the error translation of every call."""
+
+    def __init__(self, config: RedisConfig) -> None:
+        if redis is None:
+            raise ConfigError("topology.state.provider \"redis\" needs the redis-py client: "
+                              "pip install 'storm-on-ray[redis]' (redis>=5)")
+        self.config = config
+        self.address = config.address
+        timeout = config.timeout_ms / 1000.0
+        self.redis = redis.Redis(
+            host=config.host, port=config.port, db=config.db, password=config.password,
+            username=config.username, socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(ExponentialBackoff(cap=_BACKOFF_CAP_S, base=_BACKOFF_BASE_S),
+                        _RETRIES),
+            retry_on_error=[redis.ConnectionError, redis.TimeoutError])
+
+    def _error(self, command: str, e: Exception) -> RedisStateError:
+        why = f"{type(e).__name__}: {e}"
+        if isinstance(e, redis.AuthenticationError) or "NOAUTH" in str(e) \
+                or "WRONGPASS" in str(e):
+            why += (f" (check \"password\" and \"username\" in {_CONFIG_KEY})")
+        elif isinstance(e, (redis.ConnectionError, redis.TimeoutError)):
+            why += (f" (is redis-server running there and reachable from this node? set "
+                    f"\"host\" and \"port\" in {_CONFIG_KEY})")
+        return RedisStateError(self.address, command, why)
+
+    def call(self, command: str, fn: Callable[[], Any]) -> Any:
+        """``fn()`` (one command, named ``command``); a redis-py error becomes a
+        :class:`RedisStateError`."""
+        try:
+            return fn()
+        except redis.RedisError as e:
+            raise self._error(command, e) from None
+
+    def transaction(self, build: Callable[[Any], None], what: str) -> list:
+        """The commands ``build(pipe)`` queues, sent as one ``MULTI``/``EXEC`` (their
+        replies, in order). A connection lost is retried (every transaction here can run
+        twice with the same result)."""
+        pipe = self.redis.pipeline(transaction=True)
+        build(pipe)
+        names = list(dict.fromkeys(str(args[0]) for args, _ in pipe.command_stack))
+        try:
+            return pipe.execute()
+        except redis.RedisError as e:
+            raise self._error(f"MULTI/EXEC of {' '.join(names)} ({what})", e) from None
+        finally:
+            pipe.reset()
+
+    def close(self) -> None:
+        self.redis.close()
+
+
+def _chunks(items: list, n: int = _CHUNK) -> Iterable[list]:
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
+
+
+def _hset(pipe, key: str, mapping: dict) -> None:
+    items = list(mapping.items())
+    for part in _chunks(items):
+        pipe.hset(key, mapping=dict(part))
+
+
+def _hdel(pipe, key: str, fields: Iterable) -> None:
+    for part in _chunks(list(fields)):
+        pipe.hdel(key, *part)
+
+
+def _encode_entry(grp: int, value: bytes | None) -> bytes:
+    return _ENTRY_HEAD.pack(grp, 0 if value is None else 1) + (value or b"")
+
+
+def _record(entries: list[tuple[bytes, int, bytes | None]]) -> bytes:
+    n, crc = _entries_crc(entries)
+    return f"{n} {crc}".encode()
+
+
+class _TaskKeys:
+    """The key names of one task store."""
+
+    def __init__(self, root: str, component: str, task: int) -> None:
+        self.member = f"{_q(component)}/{int(task)}"
+        t = f"{root}{self.member}/"
+        self.prefix = t
+        self.base_id, self.versions, self.groups = t + "base_id", t + "versions", t + "groups"
+        self.registry = root + "tasks"
+
+    def base(self, grp: int) -> str:
+        return f"{self.prefix}base/{grp}"
+
+    def delta(self, ver: int) -> str:
+        return f"{self.prefix}delta/{ver}"
+
+
+class _Meta:
+    """What a task store holds: base id (None: never collected), version records, the
+    groups with a base hash, whether the task is registered."""
+
+    def __init__(self, base, versions, groups, registered) -> None:
+        self.base = None if base is None else int(base)
+        self.versions = {int(v): bytes(r) for v, r in versions.items()}
+        self.groups = sorted(int(g) for g in groups)
+        self.registered = bool(registered)
+
+
+class _RedisTaskStore(TaskStore):
+    """One task's checkpoints in Redis (see the module's docstring for the keys).
+
+    Like the local provider's: ``prepare(k)`` replaces ``delta/<k>`` and its record;
+    ``collect(keep_from)`` folds the deltas up to ``keep_from`` into the ``base`` hashes
+    (``base_id`` becomes ``keep_from``; its own delta stays as its record); ``restore(n)``
+    drops the deltas above ``n``, then reads the base and the deltas in ``(base_id, n]``,
+    checking each delta against its record. Each write is one ``MULTI``/``EXEC``. Every
+    call blocks for its round trips (with retries, see ``RedisConfig.timeout_ms``).
+    """
+
+    def __init__(self, client: _Client, root: str, component: str, task: int) -> None:
+        self._client = client
+        self.keys = _TaskKeys(root, component, task)
+        self.name = f"redis://{client.address} {self.keys.prefix}"
+        self._lock = threading.Lock()
+
+    def _meta(self, what: str) -> _Meta:
+        k = self.keys
+
+        def build(pipe) -> None:
+            pipe.get(k.base_id)
+            pipe.hgetall(k.versions)
+            pipe.smembers(k.groups)
+            pipe.sismember(k.registry, k.member)
+        return _Meta(*self._client.transaction(build, what))
+
+    def prepare(self, checkpoint_id: int, puts: list[tuple[int, bytes, bytes]],
+                deletes: list[tuple[int, bytes]]) -> None:
+        """See :meth:`TaskStore.prepare`.
+
+        Raises:
+            ValueError: ``checkpoint_id`` is at or below the collected base.
+            RedisStateError: a Redis command failed (nothing of the checkpoint is written).
+        """
+        entries = _changes(puts, deletes)
+        k = self.keys
+        with self._lock:
+            base = self._client.call("GET " + k.base_id,
+                                     lambda: self._client.redis.get(k.base_id))
+            if base is not None and checkpoint_id <= int(base):
+                raise ValueError(f"{self.name}: checkpoint {checkpoint_id} cannot be "
+                                 f"written: checkpoints up to {int(base)} are collected "
+                                 f"into the base")
+
+            def build(pipe) -> None:
+                delta = k.delta(checkpoint_id)
+                pipe.delete(delta)
+                _hset(pipe, delta, {key: _encode_entry(g, v) for key, g, v in entries})
+                pipe.hset(k.versions, str(checkpoint_id), _record(entries))
+                pipe.sadd(k.registry, k.member)
+            self._client.transaction(build, f"prepare of checkpoint {checkpoint_id}")
+
+    def _decode(self, ver: int, raw: dict) -> list[tuple[bytes, int, bytes | None]]:
+        """The entries of ``delta/<ver>`` sorted by key (``CorruptCheckpoint`` for one
+        that is not an entry)."""
+        out = []
+        for key, entry in raw.items():
+            if len(entry) < _ENTRY_HEAD.size:
+                raise CorruptCheckpoint(self.keys.delta(ver), ver,
+                                        f"entry of key {bytes(key)!r:.60} is "
+                                        f"{len(entry)} bytes, not an entry")
+            grp, flag = _ENTRY_HEAD.unpack_from(entry)
+            if flag not in (0, 1) or (flag == 0 and len(entry) != _ENTRY_HEAD.size):
+                raise CorruptCheckpoint(self.keys.delta(ver), ver,
+                                        f"entry of key {bytes(key)!r:.60} has flag {flag}")
+            out.append((bytes(key), grp, bytes(entry[_ENTRY_HEAD.size:]) if flag else None))
+        out.sort()
+        return out
+
+    def _check(self, ver: int, entries: list, record: bytes | None) -> None:
+        """``CorruptCheckpoint`` unless ``entries`` match ``record`` (count, CRC-32); a
+        version with neither wrote nothing here."""
+        where = self.keys.delta(ver)
+        if record is None:
+            if entries:
+                raise CorruptCheckpoint(where, ver,
+                                        f"{len(entries)} entries without the checkpoint's "
+                                        f"record in {self.keys.versions}")
+            return
+        try:
+            want_n, want_crc = (int(x) for x in record.split())
+        except ValueError:
+            raise CorruptCheckpoint(where, ver, f"its record {record!r:.60} in "
+                                                f"{self.keys.versions} is unreadable") from None
+        n, crc = _entries_crc(entries)
+        if n != want_n:
+            raise CorruptCheckpoint(where, ver, f"{n} entries where {want_n} were written")
+        if crc != want_crc:
+            raise CorruptCheckpoint(where, ver, f"CRC-32 {crc:08x} of its entries, "
+                                                f"{want_crc:08x} written")
+
+    def _state_at(self, checkpoint_id: int, meta: _Meta,
+                  groups: range | None) -> dict[bytes, bytes]:
+        """The ``base`` hashes of ``groups``, then the deltas in ``(base, checkpoint_id]``
+        in version order (each checked; ``checkpoint_id``'s own even at the base), read
+        in one transaction and changing nothing."""
+        if meta.base is not None and checkpoint_id < meta.base:
+            raise CorruptCheckpoint(self.name, checkpoint_id,
+                                    f"collected: only checkpoints >= {meta.base} can be "
+                                    f"restored")
+        low = meta.base
+        vers = sorted(v for v in meta.versions
+                      if (low is None or v > low) and v <= checkpoint_id)
+        if checkpoint_id not in vers:
+            vers.append(checkpoint_id)  # (checked though folded into the base, or absent)
+            vers.sort()
+        grps = [g for g in meta.groups if _in_groups(g, groups)]
+        k = self.keys
+
+        def build(pipe) -> None:
+            for g in grps:
+                pipe.hgetall(k.base(g))
+            for v in vers:
+                pipe.hgetall(k.delta(v))
+        replies = self._client.transaction(build, f"read of checkpoint {checkpoint_id}")
+        out: dict[bytes, bytes] = {}
+        for reply in replies[:len(grps)]:
+            out.update((bytes(key), bytes(value)) for key, value in reply.items())
+        for v, raw in zip(vers, replies[len(grps):], strict=True):
+            entries = self._decode(v, raw)
+            self._check(v, entries, meta.versions.get(v))
+            if low is not None and v <= low:
+                continue  # (the base's own checkpoint: checked, already in the base)
+            for key, grp, value in entries:
+                if value is None or not _in_groups(grp, groups):
+                    out.pop(key, None)
+                else:
+                    out[key] = value
+        return out
+
+    def restore(self, checkpoint_id: int | None,
+                groups: range | None = None) -> dict[bytes, bytes]:
+        """See :meth:`TaskStore.restore`.
+
+        Raises:
+            CorruptCheckpoint: a delta read fails its check; the checkpoint is collected;
+                or nothing of this task is stored at all, not even its registration (the
+                Redis data is gone: a Redis restarted without persistence, or another
+                ``db`` or ``key_prefix``).
+            RedisStateError: a Redis command failed.
+        """
+        k = self.keys
+        with self._lock:
+            meta = self._meta(f"restore of checkpoint {checkpoint_id}")
+            if checkpoint_id is None:
+                def clear(pipe) -> None:
+                    doomed = [k.base_id, k.versions, k.groups,
+                              *(k.base(g) for g in meta.groups),
+                              *(k.delta(v) for v in meta.versions)]
+                    pipe.delete(*doomed)
+                    pipe.sadd(k.registry, k.member)
+                self._client.transaction(clear, "restore of no checkpoint")
+                return {}
+            if meta.base is not None and checkpoint_id < meta.base:
+                raise CorruptCheckpoint(self.name, checkpoint_id,
+                                        f"collected: only checkpoints >= {meta.base} can "
+                                        f"be restored")  # (and nothing is discarded)
+            above = sorted(v for v in meta.versions if v > checkpoint_id)
+            if above:
+                def discard(pipe) -> None:
+                    pipe.delete(*(k.delta(v) for v in above))
+                    pipe.hdel(k.versions, *(str(v) for v in above))
+                self._client.transaction(discard, f"restore of checkpoint {checkpoint_id}")
+                for v in above:
+                    del meta.versions[v]
+            if meta.base is None and not meta.versions and not meta.registered:
+                raise CorruptCheckpoint(
+                    self.name, checkpoint_id,
+                    "nothing of this task is stored, not even its registration in "
+                    f"{k.registry}: the Redis data is gone (a Redis restarted without "
+                    "persistence, or another db or key_prefix)")
+            return self._state_at(checkpoint_id, meta, groups)
+
+    def collect(self, keep_from: int) -> None:
+        """See :meth:`TaskStore.collect`. Best effort: a Redis error, or a delta that
+        fails its check, is logged as a warning and nothing is collected (the next
+        collection folds what this one left; a restore reports the damaged delta)."""
+        k = self.keys
+        try:
+            with self._lock:
+                meta = self._meta(f"collect up to checkpoint {keep_from}")
+                if meta.base is not None and keep_from <= meta.base:
+                    return
+                fold = sorted(v for v in meta.versions
+                              if (meta.base is None or v > meta.base) and v <= keep_from)
+                raws = self._client.transaction(
+                    lambda pipe: [pipe.hgetall(k.delta(v)) for v in fold],
+                    f"collect up to checkpoint {keep_from}") if fold else []
+                puts: dict[int, dict[bytes, bytes]] = {}
+                dels: dict[int, set[bytes]] = {}
+                for v, raw in zip(fold, raws, strict=True):
+                    entries = self._decode(v, raw)
+                    self._check(v, entries, meta.versions.get(v))
+                    for key, grp, value in entries:
+                        if value is None:
+                            puts.get(grp, {}).pop(key, None)
+                            dels.setdefault(grp, set()).add(key)
+                        else:
+                            dels.get(grp, set()).discard(key)
+                            puts.setdefault(grp, {})[key] = value
+                drop = [v for v in meta.versions if v < keep_from]
+
+                def write(pipe) -> None:
+                    for g, mapping in puts.items():
+                        if mapping:
+                            _hset(pipe, k.base(g), mapping)
+                    for g, keys in dels.items():
+                        if keys:
+                            _hdel(pipe, k.base(g), keys)
+                    if any(puts.values()):
+                        pipe.sadd(k.groups, *(str(g) for g, m in puts.items() if m))
+                    if drop:
+                        pipe.delete(*(k.delta(v) for v in drop))
+                        pipe.hdel(k.versions, *(str(v) for v in drop))
+                    pipe.set(k.base_id, str(keep_from))
+                self._client.transaction(write, f"collect up to checkpoint {keep_from}")
+        except (RedisStateError, CorruptCheckpoint) as e:
+            log.warning("%s: checkpoints below %d not collected: %s", self.name, keep_from, e)
+
+    def close(self) -> None:
+        """Nothing to release: the connections belong to the provider's pool."""
+
+
+class _RedisLog(CheckpointLog):
+    """The coordinator's log: ``R log`` (phase, id) and ``R committed`` (the last committed
+    ids), each ``record`` one ``MULTI``/``EXEC``."""
+
+    def __init__(self, client: _Client, root: str) -> None:
+        self._client = client
+        self.round_key, self.committed_key = root + "log", root + "committed"
+
+    def load(self) -> tuple[str, int, list[int]]:
+        """See :meth:`CheckpointLog.load`.
+
+        Raises:
+            RedisStateError: a Redis command failed.
+        """
+        def build(pipe) -> None:
+            pipe.hgetall(self.round_key)
+            pipe.zrange(self.committed_key, 0, -1)
+        row, ids = self._client.transaction(build, "load of the checkpoint log")
+        committed = sorted(int(i) for i in ids)
+        if not row:
+            return COMMITTED, 0, committed
+        return row[b"phase"].decode(), int(row[b"ckpt"]), committed
+
+    def record(self, phase: str, checkpoint_id: int) -> None:
+        """See :meth:`CheckpointLog.record`.
+
+        Raises:
+            ValueError: an unknown phase.
+            RedisStateError: a Redis command failed (nothing is recorded).
+        """
+        _check_phase(phase)
+
+        def build(pipe) -> None:
+            pipe.hset(self.round_key, mapping={"phase": phase, "ckpt": str(checkpoint_id)})
+            if phase == COMMITTED:
+                pipe.zadd(self.committed_key, {str(checkpoint_id): checkpoint_id})
+                pipe.zremrangebyrank(self.committed_key, 0, -_KEEP_COMMITTED - 1)
+        self._client.transaction(build, f"record of {phase} {checkpoint_id}")
+
+
+class RedisProvider(StateProvider):
+    """Checkpoints in one Redis server (``topology.state.provider: "redis"``; Storm's
+    ``RedisKeyValueStateProvider``): every node reads and writes the same server, so a
+    task restarted on another node finds its state, and the coordinator's log is there too.
+    As durable as the server is made (Redis docs, "Redis persistence": with
+    ``appendonly yes`` and ``appendfsync always`` a written checkpoint survives a restart
+    of Redis; without persistence a restart loses every checkpoint, which a restore then
+    reports as corrupt).
+
+    ``RedisProvider(topology_name, submit_id, config)``, ``config`` as
+    :class:`RedisConfig` reads it. Nothing connects until a store or the log is used;
+    :meth:`checkpoint_log` first checks that the server answers (at submit: a Redis that
+    cannot be reached is refused before any executor starts). Operations block for their
+    round trips; while Redis is away, each fails after its retries with a
+    :class:`RedisStateError`, which fails the round (the topology rolls back, and the
+    rollback is tried again until Redis answers).
+
+    Raises:
+        ConfigError: a bad config (see :meth:`RedisConfig.from_dict`), or redis-py is not
+            installed.
+    """
+
+    def __init__(self, topology_name: str, submit_id: str, config: dict | None = None
+                 ) -> None:
+        self.config = RedisConfig.from_dict(dict(config or {}))
+        for what, name in (("topology name", topology_name), ("submit id", submit_id)):
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"the {what} must be a non-empty string, got {name!r}")
+        self.topology_name, self.submit_id = topology_name, submit_id
+        self.root = f"{self.config.key_prefix}{_q(topology_name)}/{_q(submit_id)}/"
+        self._client = _Client(self.config)
+        self.address = self._client.address
+
+    def ping(self) -> None:
+        """Check that the server answers (``PING``, with the config's password and db).
+
+        Raises:
+            RedisStateError: it cannot be reached or refuses us; the message names
+                ``host:port/db`` and what to set.
+        """
+        self._client.call("PING", self._client.redis.ping)
+
+    def task_store(self, component: str, task: int) -> TaskStore:
+        """The store of ``task`` of ``component`` (no round trip until used)."""
+        if not isinstance(component, str) or not component:
+            raise ValueError(f"component id must be a non-empty string, got {component!r}")
+        return _RedisTaskStore(self._client, self.root, component, task)
+
+    def checkpoint_log(self) -> CheckpointLog:
+        """The coordinator's log, after a :meth:`ping`.
+
+        Raises:
+            RedisStateError: the server cannot be reached (see :meth:`ping`).
+        """
+        self.ping()
+        return _RedisLog(self._client, self.root)
+
+    def keys(self) -> list[str]:
+        """Every key of this submit (``SCAN`` over its prefix; never ``KEYS``)."""
+        pattern = _glob_escape(self.root) + "*"
+        return self._client.call(
+            f"SCAN MATCH {pattern}",
+            lambda: [k.decode() for k in self._client.redis.scan_iter(
+                match=pattern, count=_SCAN_COUNT)])
+
+    def delete(self) -> None:
+        """Delete every key of this submit: ``SCAN`` over its prefix, ``UNLINK`` in
+        batches. For after the tasks have stopped. Blocks for the scan (it walks the whole
+        database, :data:`_SCAN_COUNT` keys a step).
+
+        Raises:
+            RedisStateError: a Redis command failed (keys may be left).
+        """
+        doomed = self.keys()
+        for part in _chunks(doomed, _SCAN_COUNT):
+            self._client.call("UNLINK", lambda part=part: self._client.redis.unlink(*part))
+
+    def close(self) -> None:
+        """Close the connections (the data stays)."""
+        self._client.close()
+
+    def read_state(self, checkpoint_id: int | None = None):
+        """The checkpointed state of this submit, decoded, changing nothing:
+        ``{component: {task: {key: value}}}`` as :func:`~actors.state.providers.read_state`
+        gives it for the local provider (a ``StateSnapshot``, with the ``checkpoint_id``
+        it shows), as of ``checkpoint_id`` or of the last committed checkpoint (falling
+        back to the one before when that fails its check, with a warning). Every task that
+        opened its store appears, with its user state only (key groups >= 0). Blocks for
+        the reads.
+
+        Raises:
+            CorruptCheckpoint: the asked checkpoint (or every committed one) fails its
+                check.
+            RedisStateError: a Redis command failed.
+        """
+        from actors._codec import decode_key, decode_value
+        from actors.state.providers import StateSnapshot
+
+        registry = self.root + "tasks"
+        members = self._client.call("SMEMBERS " + registry,
+                                    lambda: self._client.redis.smembers(registry))
+        tasks: dict[str, list[int]] = {}
+        for m in sorted(x.decode() for x in members):
+            comp, _, task = m.rpartition("/")
+            tasks.setdefault(unquote(comp), []).append(int(task))
+        candidates = ([checkpoint_id] if checkpoint_id is not None
+                      else list(reversed(_RedisLog(self._client, self.root).load()[2])))
+        state = {c: {t: {} for t in sorted(ts)} for c, ts in tasks.items()}
+        used = None
+        for i, ckpt in enumerate(candidates):
+            try:
+                read = {}
+                for comp, ts in tasks.items():
+                    read[comp] = {}
+                    for t in sorted(ts):
+                        store = _RedisTaskStore(self._client, self.root, comp, t)
+                        raw = store._state_at(ckpt, store._meta("read_state"),
+                                              _USER_GROUPS)
+                        read[comp][t] = {decode_key(k): decode_value(v)
+                                         for k, v in raw.items()}
+                state, used = read, ckpt
+                break
+            except CorruptCheckpoint as e:
+                if i + 1 == len(candidates):
+                    raise
+                log.warning("%s; reading committed checkpoint %d instead", e,
+                            candidates[i + 1])
+        snapshot = StateSnapshot(state)
+        snapshot.checkpoint_id = used
+        return snapshot
