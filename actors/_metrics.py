@@ -65,6 +65,18 @@ _COUNTERS = {
     "insert_failures": "Inserts that found the receive queue full.",
     "dropped_messages": "Tuples dropped at topology.executor.overflow.limit.",
 }
+#: a stateful task's checkpoint figures (TaskStats.checkpoint keys), as gauges
+_CHECKPOINT_GAUGES = {
+    "last_committed": "Last checkpoint id committed, as this task knows it.",
+    "checkpoint_ms_p99": "p99 over recent rounds of this task's part of a checkpoint (its "
+                         "trigger or first barrier to the commit reaching it), ms.",
+    "alignment_ms_p99": "p99 over recent rounds of barrier alignment (first barrier to "
+                        "every input's), ms.",
+    "state_keys": "Keys in the task's KeyValueState.",
+    "state_bytes": "Bytes of the task's checkpointed values (persistent windows included).",
+    "rollbacks": "Rollbacks this task took part in.",
+    "parked": "Elements parked by barrier alignment now.",
+}
 _TAGS = ("topology", "component", "task")
 #: gauges whose TaskStats field has another name
 _FIELD = {"queue_overflow": "overflow"}
@@ -84,6 +96,10 @@ class RayMetricsExport:
         self.counters = {k: Counter(f"storm_{k}", d, _TAGS).set_default_tags(tags)
                          for k, d in _COUNTERS.items()}
         self._last: dict[str, float] = {k: 0 for k in _COUNTERS}
+        self.checkpoint_gauges = {
+            k: Gauge(f"storm_checkpoint_{k}" if not k.startswith(("checkpoint", "state"))
+                     else f"storm_{k}", d, _TAGS).set_default_tags(tags)
+            for k, d in _CHECKPOINT_GAUGES.items()}
 
     def record(self, stats: TaskStats) -> None:
         """Set every gauge from ``stats`` (gauges of a metrics interval are left alone
@@ -93,6 +109,12 @@ class RayMetricsExport:
             v = getattr(stats, _FIELD.get(k, k))
             if v is not None:
                 g.set(float(BP_LEVELS.index(v) if k == "backpressure_level" else v))
+        ckpt = stats.checkpoint
+        if ckpt and ckpt.get("state_keys") is not None:
+            for k, g in self.checkpoint_gauges.items():
+                v = ckpt.get(k)
+                if v is not None:
+                    g.set(float(v))
         for k, c in self.counters.items():
             v = getattr(stats, k)
             if v > self._last[k]:

@@ -127,7 +127,11 @@ class TaskStats:
     ``checkpoints`` (snapshots taken), ``rollbacks``, ``last_committed``, ``generation``,
     ``paused``, ``aligning`` (the round being aligned), ``parked`` and ``parked_max``
     (elements held by alignment), ``last_snapshot_ms``, ``last_keys_written``,
-    ``state_keys``; ``rolled_back_frames`` (frames dropped for an older epoch).
+    ``state_keys`` and ``state_bytes`` (None for a task without state; bytes of encoded
+    values, persistent windows included), ``restores`` (restores of a committed
+    checkpoint), ``checkpoint_ms_p50``/``_p99`` (recent rounds: the task's trigger or first
+    barrier to the commit reaching it), ``alignment_ms_p50``/``_p99`` (first barrier to
+    aligned); ``rolled_back_frames`` (frames dropped for an older epoch).
 
     Last metrics interval: the :class:`IntervalMetrics` fields. A task that has not yet
     closed an interval shows None for the rates, fractions, latency and level (never a

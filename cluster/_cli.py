@@ -80,6 +80,7 @@ def _list(args) -> int:
 def _stats(args) -> int:
     from cluster._handle import attach
     from cluster._stats import (
+        checkpoint_lines,
         dead_letter_lines,
         flow_control_lines,
         fmt,
@@ -96,7 +97,8 @@ def _stats(args) -> int:
         print(f"{r['component']:<16}{r['tasks']:>6}{fmt(r['rate_per_s'], ',.0f'):>10}"
               f"{fmt(r['capacity'], '.2f'):>10}{fmt(r['busy'], '.0%'):>7}"
               f"{fmt(r['backpressured'], '.0%'):>6}  {r['level']}")
-    for line in window_lines(s) + dead_letter_lines(s) + shed_lines(s) + flow_control_lines(s):
+    for line in (window_lines(s) + checkpoint_lines(s) + dead_letter_lines(s) + shed_lines(s)
+                 + flow_control_lines(s)):
         print(line)
     for e in s.errors:
         print(f"ERROR {e['component']}:{e['task']} {e['error_type']}: {e['message']} "

@@ -177,6 +177,22 @@ class TopologyStats:
                         "bad": sum(t.bad_timestamps or 0 for t in ts)})
         return out
 
+    def checkpoints(self) -> list[dict]:
+        """One row per task taking part in checkpoints that keeps state (a stateful bolt or
+        spout, a persistent window): ``component``, ``task``, ``last_committed``,
+        ``checkpoint_ms_p50``/``_p99`` (its part of a round: its trigger or first barrier
+        to the commit reaching it, over recent rounds), ``alignment_ms_p50``/``_p99``
+        (first barrier to aligned), ``state_keys``, ``state_bytes`` (encoded values,
+        windows included), ``rollbacks``, ``restores``, ``parked`` and ``parked_max``
+        (elements held by alignment). Empty without checkpoints."""
+        keys = ("last_committed", "checkpoint_ms_p50", "checkpoint_ms_p99",
+                "alignment_ms_p50", "alignment_ms_p99", "state_keys", "state_bytes",
+                "rollbacks", "restores", "parked", "parked_max")
+        return [{"component": t.component, "task": t.task,
+                 **{k: t.checkpoint.get(k) for k in keys}}
+                for t in sorted(self.tasks, key=lambda t: t.task)
+                if t.checkpoint and t.checkpoint.get("state_keys") is not None]
+
     def _repr_html_(self) -> str:
         return stats_html(self)
 
@@ -196,7 +212,8 @@ class TopologyStats:
                          f"{sum(t.backpressure_wait_ms for t in ts):>12.1f}{r['errors']:>8}"
                          f"  {fmt(r['busy'], '.0%'):>5} {fmt(r['backpressured'], '.0%'):>5}"
                          f"  {r['level']}")
-        lines += (window_lines(self) + dead_letter_lines(self) + shed_lines(self)
+        lines += (window_lines(self) + checkpoint_lines(self) + dead_letter_lines(self)
+                  + shed_lines(self)
                   + flow_control_lines(self))
         for t in self.stalled_tasks():
             lines.append(f"STALLED {t.component}:{t.task} for {t.stalled_seconds:.0f} s "
@@ -211,6 +228,18 @@ class TopologyStats:
         if p50 is not None:
             lines.append(f"halt-lag p50 {p50:.2f} ms, p99 {self.halt_lag_ms(0.99):.2f} ms")
         return "\n".join(lines)
+
+
+def checkpoint_lines(stats: TopologyStats) -> list[str]:
+    """:meth:`TopologyStats.checkpoints` as text lines (the summary, the CLI and the
+    notebook view)."""
+    return [f"state {r['component']}:{r['task']}: checkpoint {fmt(r['last_committed'], 'd')}, "
+            f"{fmt(r['checkpoint_ms_p50'], '.1f')}/{fmt(r['checkpoint_ms_p99'], '.1f')} ms "
+            f"p50/p99 (aligning {fmt(r['alignment_ms_p50'], '.1f')}/"
+            f"{fmt(r['alignment_ms_p99'], '.1f')}), {r['state_keys']:,} keys "
+            f"{fmt(r['state_bytes'], ',d')} B, {r['rollbacks']} rollbacks, "
+            f"{r['restores']} restores, {r['parked']} parked (max {r['parked_max']})"
+            for r in stats.checkpoints()]
 
 
 def window_lines(stats: TopologyStats) -> list[str]:
@@ -304,7 +333,8 @@ def stats_html(stats: TopologyStats, progress: dict[str, tuple[int, int | None]]
     stalled = "".join(f"<li>STALLED {escape(t.component)}:{t.task} for "
                       f"{t.stalled_seconds:.0f} s</li>" for t in stats.stalled_tasks())
     stalled += "".join(f"<li>{escape(line)}</li>"
-                       for line in window_lines(stats) + dead_letter_lines(stats)
+                       for line in window_lines(stats) + checkpoint_lines(stats)
+                       + dead_letter_lines(stats)
                        + shed_lines(stats) + flow_control_lines(stats))
     return (f"<div><b>topology {escape(stats.name)}</b>: {len(stats.tasks)} tasks, {state}"
             f"<table><thead><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr></thead>"

@@ -312,6 +312,14 @@ def test_persistent_flight_windows_are_exact_after_the_windowed_task_is_killed_t
         reports = handle.collected("out")
         state = handle.state()["win"]
         assert handle.checkpoint_stats()["rollbacks"] >= 2
+        stats = handle.stats()
+        rows = {r["task"]: r for r in stats.checkpoints() if r["component"] == "win"}
+        other = next(t for t in rows if t != victim)  # (the restarted one restored at start)
+        assert rows[victim]["restores"] >= 1 and rows[other]["rollbacks"] >= 2
+        assert all(r["state_keys"] >= 1 and r["state_bytes"] > 0
+                   and r["checkpoint_ms_p99"] >= r["checkpoint_ms_p50"] > 0
+                   for r in rows.values())
+        assert f"state win:{victim}: checkpoint" in stats.summary()
     finally:
         cluster.kill_topology(name)
     got: dict = {}

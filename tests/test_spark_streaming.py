@@ -187,6 +187,51 @@ def test_at_least_once_across_a_killed_executor(cluster, spark, name, tmp_path):
     assert len(checked) >= 3
 
 
+def test_persistent_windows_behind_spark_count_every_committed_row_after_a_kill(
+        cluster, spark, name, tmp_path):
+    """Behind the live source with acking, the plan checkpoints the windows: the windowed
+    task (value as event time, tumbling windows of 100 values) is killed mid-stream, then
+    the topology is drained. Every window below the rows Spark committed holds exactly its
+    100 values each time it fires (with ack-on-entry windows a killed task loses its open
+    windows' rows while Spark has committed them)."""
+    ck = str(tmp_path / "ck")
+    df = _rate(spark, 60).select("value")
+    spout = StreamingDataFrameSpout(df, checkpoint_location=ck)
+    b = TopologyBuilder()
+    b.set_spout("live", spout)
+    b.set_bolt("win", WindowSpanBolt("value").with_tumbling_window(Duration.of(100))
+               .with_timestamp_field("value").with_watermark_interval(Duration.of(20))
+               ).shuffle_grouping("live")
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("win")
+    conf = {"topology.state.checkpoint.interval.ms": 200,
+            "topology.state.checkpoint.dir": str(tmp_path / "state")}
+    handle = cluster.submit_topology(name, conf, b.create_topology())
+    try:
+        assert handle.checkpoints is not None  # the plan turned checkpoints on
+        until(lambda: len(_commits(ck)) >= 2, 120, "two commits", interval=0.3)
+        win = handle.topology.component_tasks["win"][0]
+        import ray
+
+        before = handle.checkpoint_stats()["rollbacks"]
+        os.kill(ray.get(handle.actors[win].pid.remote()), 9)
+        until(lambda: handle.checkpoint_stats()["rollbacks"] > before, 120, "the rollback",
+              interval=0.3)
+        n = len(_commits(ck))
+        until(lambda: len(_commits(ck)) >= n + 2, 120, "two commits after the kill",
+              interval=0.3)
+        assert handle.drain(120)
+        windows = [v for *_, v in handle.collected("sink")]
+        committed = _offsets(ck)[_commits(ck)[-1]]
+    finally:
+        cluster.kill_topology(name)
+    fired = {}
+    for start, end, count, values in windows:
+        if end <= committed:
+            assert values == list(range(start, end)), (start, count)
+            fired[start] = count
+    assert sorted(fired) == list(range(0, committed - committed % 100, 100))
+
+
 def test_kill_with_wait_commits_nothing_undelivered(cluster, spark, name, tmp_path):
     """kill(wait_secs) deactivates, waits, kills: the micro-batch still in the topology
     (its foreachBatch waiting for acks) raises, so Spark does not commit it, and the

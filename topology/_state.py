@@ -78,6 +78,7 @@ class KeyValueState:
         self._encode, self._decode = _codec()
         self._data: dict[Any, bytes] = {}
         self._dirty: set = set()
+        self._bytes = 0  # encoded values' bytes
         #: keyed state: each key's group, computed once at its first put
         self._key_groups: dict[Any, int] = {}
 
@@ -105,6 +106,8 @@ class KeyValueState:
                     f"{self._where(key)} is in key group {g}, which this task does not own "
                     f"(it owns groups {self._groups.start}-{self._groups.stop - 1}): keyed "
                     f"state may hold only keys that the fields grouping sends to the task")
+        old = self._data.get(key)
+        self._bytes += len(data) - (0 if old is None else len(old))
         self._data[key] = data
         self._dirty.add(key)
 
@@ -115,7 +118,9 @@ class KeyValueState:
 
     def delete(self, key: Any) -> None:
         """Remove ``key`` (no error if absent)."""
-        if self._data.pop(key, None) is not None:
+        old = self._data.pop(key, None)
+        if old is not None:
+            self._bytes -= len(old)
             self._dirty.add(key)
 
     def items(self) -> Iterator[tuple[Any, Any]]:
@@ -155,6 +160,12 @@ class KeyValueState:
         (a restore)."""
         self._data = dict(entries)
         self._dirty = set()
+        self._bytes = sum(len(v) for v in self._data.values())
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of the encoded values (the keys not counted)."""
+        return self._bytes
 
     def key_group_of(self, key: Any) -> int:
         """The key group of ``key`` (0 for a state that is not keyed)."""

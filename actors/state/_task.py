@@ -53,6 +53,8 @@ logger = logging.getLogger("storm_on_ray.checkpoint")
 #: resumed: Ray fails a call to an actor that is still restarting (at-most-once actor
 #: tasks), so the coordinator's resume to a task that paused while it restarted can be lost
 PAUSED_REPORT_S = 1.0
+#: rounds whose durations the stats keep (p50/p99 over them)
+RECENT_ROUNDS = 100
 #: the coordinator's messages to a task
 _KINDS = ("trigger", "commit", "rollback", "resume")
 #: the config key of the windows' ack-on-entry rule (actors/windowing/executor.py)
@@ -228,6 +230,14 @@ class TaskCheckpoint:
         self.last_snapshot_ms: float | None = None
         self.last_keys_written = 0
         self.parked_max = 0
+        self.restores = 0
+        #: the round's start here (a spout's trigger, a bolt's first barrier; monotonic s)
+        self._started: dict[int, float] = {}
+        #: recent rounds: start to commit here, first barrier to aligned (ms)
+        self.durations_ms: deque = deque(maxlen=RECENT_ROUNDS)
+        self.alignments_ms: deque = deque(maxlen=RECENT_ROUNDS)
+        #: stored bytes of the runtime-internal entries (persistent windows), by key
+        self._internal_bytes: dict[bytes, int] = {}
 
     # -- start ------------------------------------------------------------------------------
     def open(self) -> None:
@@ -249,8 +259,10 @@ class TaskCheckpoint:
         groups = self.state._groups
         entries = self.store.restore(checkpoint_id, USER_GROUPS if groups is None else groups)
         self.state.replace({decode_key(k): v for k, v in entries.items()})
+        self.restores += checkpoint_id is not None
         if isinstance(self.obj, CheckpointedInternals):
             entries = self.store.restore(checkpoint_id, INTERNAL_GROUPS)
+            self._internal_bytes = {k: len(v) for k, v in entries.items()}
             try:
                 self.obj.restore_internals({decode_key(k[1:]): v for k, v in entries.items()
                                            if k.startswith(INTERNAL_PREFIX)})
@@ -299,6 +311,8 @@ class TaskCheckpoint:
             return
         if self.awaiting_final and self.final_barrier is None:
             self.final_barrier = checkpoint_id
+        self._started[checkpoint_id] = time.monotonic()
+        self.alignments_ms.append(0.0)
         self.snapshot(checkpoint_id)
         self.rounds.append((checkpoint_id, self.msgs))
         self.msgs = self.core.collector.msg_log = []
@@ -308,6 +322,11 @@ class TaskCheckpoint:
         if self.last_committed is not None and checkpoint_id <= self.last_committed:
             return
         prev, self.last_committed = self.last_committed, checkpoint_id
+        t0 = self._started.pop(checkpoint_id, None)
+        if t0 is not None:
+            self.durations_ms.append((time.monotonic() - t0) * 1000)
+        for cid in [c for c in self._started if c < checkpoint_id]:
+            del self._started[cid]
         if self.stateful:
             self._user("pre_commit", checkpoint_id)
             if prev is not None:
@@ -331,6 +350,7 @@ class TaskCheckpoint:
         self.rollbacks += 1
         ended = [el for el in self.parked if el[1] in _MARKERS]  # (an input that ended
         self.aligning, self.seen, self.parked = None, set(), []  # stays ended)
+        self._started.clear()
         core.blocked = frozenset()
         core.clear_io()
         for el in ended:
@@ -402,8 +422,14 @@ class TaskCheckpoint:
                 if isinstance(self.obj, CheckpointedInternals):
                     more, gone = self.obj.internal_changes(checkpoint_id)
                     pre = INTERNAL_PREFIX
-                    puts += [(INTERNAL_GROUP, pre + enc(k), v) for k, v in more]
-                    deletes += [(INTERNAL_GROUP, pre + enc(k)) for k in gone]
+                    more = [(INTERNAL_GROUP, pre + enc(k), v) for k, v in more]
+                    gone = [(INTERNAL_GROUP, pre + enc(k)) for k in gone]
+                    sizes = self._internal_bytes
+                    sizes.update((k, len(v)) for _, k, v in more)
+                    for _, k in gone:
+                        sizes.pop(k, None)
+                    puts += more
+                    deletes += gone
                 self.store.prepare(checkpoint_id, puts, deletes)
             except Exception as e:  # (a full disk...): the round fails, the task goes on
                 core.errors.report(e, f"snapshot of checkpoint {checkpoint_id}")
@@ -432,6 +458,7 @@ class TaskCheckpoint:
             return
         if self.aligning is None:
             self.aligning, self.seen = cid, {src}
+            self._started[cid] = time.monotonic()
         elif cid == self.aligning:
             self.seen.add(src)
         else:  # a barrier of another round while aligning: frames were lost; roll back
@@ -454,6 +481,9 @@ class TaskCheckpoint:
         if not (core.upstream_open - core.back_sources) <= self.seen:
             return
         cid = self.aligning
+        t0 = self._started.get(cid)
+        if t0 is not None:
+            self.alignments_ms.append((time.monotonic() - t0) * 1000)
         core.finish_pending_input()  # (a BatchBolt's gathered tuples precede the barrier)
         self.snapshot(cid)
         core.send_barrier(cid)
@@ -479,10 +509,25 @@ class TaskCheckpoint:
                 "last_snapshot_ms": self.last_snapshot_ms,
                 "last_keys_written": self.last_keys_written,
                 "state_keys": len(self.state) if self.state is not None else None,
+                "state_bytes": (self.state.stored_bytes + sum(self._internal_bytes.values())
+                                if self.state is not None else None),
+                "restores": self.restores,
+                "checkpoint_ms_p50": _quantile(self.durations_ms, 0.5),
+                "checkpoint_ms_p99": _quantile(self.durations_ms, 0.99),
+                "alignment_ms_p50": _quantile(self.alignments_ms, 0.5),
+                "alignment_ms_p99": _quantile(self.alignments_ms, 0.99),
                 **({"guarantee": ("exactly-once" if self.stateful else
                                   "exactly-once while this task lives; at-least-once for "
                                   "its pending tuples if it dies")}
                    if self.is_spout else {})}
+
+
+def _quantile(values, q: float) -> float | None:
+    """The ``q`` quantile of ``values`` (nearest rank), rounded to 0.1 ms; None if empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
 
 
 def is_marker(el) -> bool:

@@ -225,6 +225,7 @@ def _task_files(root: str, component_dir: str | None) -> dict[str, dict[int, str
 
 def _read_at(files: dict[str, dict[int, str]], checkpoint_id: int) -> dict:
     from actors._codec import decode_key, decode_value
+    from actors.state._internals import INTERNAL_PREFIX
 
     out: dict = {}
     for component, tasks in files.items():
@@ -241,7 +242,8 @@ def _read_at(files: dict[str, dict[int, str]], checkpoint_id: int) -> dict:
                 raise
             except sqlite3.DatabaseError as e:
                 raise CorruptCheckpoint(db, checkpoint_id, str(e)) from None
-            out[component][task] = {decode_key(k): decode_value(v) for k, v in raw.items()}
+            out[component][task] = {decode_key(k): decode_value(v) for k, v in raw.items()
+                                    if not k.startswith(INTERNAL_PREFIX)}  # (windows)
     return out
 
 

@@ -55,14 +55,20 @@ class _WindowCollector(OutputCollector):
     def __init__(self, collector: OutputCollector) -> None:
         self._c = collector
         self.window_tuples: list[Tuple] = []
+        #: acked on entry: every emit is unanchored, given anchors included (the tuples'
+        #: trees are complete; anchoring to them would start trees nobody completes)
+        self.unanchored = False
 
     def emit(self, values, stream: str = "default", anchors=None) -> tuple[int, ...]:
-        return self._c.emit(values, stream,
-                            self.window_tuples if anchors is None else anchors)
+        return self._c.emit(values, stream, self._anchors(anchors))
 
     def emit_direct(self, task: int, values, stream: str = "default", anchors=None) -> None:
-        self._c.emit_direct(task, values, stream,
-                            self.window_tuples if anchors is None else anchors)
+        self._c.emit_direct(task, values, stream, self._anchors(anchors))
+
+    def _anchors(self, anchors):
+        if self.unanchored:
+            return None
+        return self.window_tuples if anchors is None else anchors
 
     def ack(self, tup: Tuple) -> None:
         self._c.ack(tup)
@@ -153,6 +159,7 @@ class WindowedBoltExecutor(Bolt, BoundedMultiInput):
                     col.ack(t)
                 continue
             # acked on entry: nothing left to anchor to (the output leaves the trees)
+            wc.unanchored = self.ack_on_entry
             wc.window_tuples = [] if self.ack_on_entry else f.window.get()
             try:
                 self.bolt.execute(f.window)
