@@ -1,0 +1,145 @@
+"""Run one query's topology to its end and measure it: wall time, the CPU of the
+topology's processes and of the driver (``psutil``), the whole machine's CPU, latencies."""
+
+from __future__ import annotations
+
+import os
+import time
+from array import array
+from dataclasses import dataclass, field
+
+import psutil
+
+from benchmarks.nexmark._generator import GeneratorConfig
+from benchmarks.nexmark._queries import QUERIES
+
+#: how long a run may take before it is stopped (s)
+RUN_TIMEOUT_S = 3600
+
+
+@dataclass
+class QueryRun:
+    """What one run of a query measured.
+
+    Attributes:
+        query: ``q0`` .. ``q4``.
+        events: events generated (all kinds).
+        rows: rows in the result file.
+        seconds: wall-clock s from the spout's first call to the result file complete:
+            the span the events flowed (start-up of the actors left out).
+        wall_s: wall-clock s from submit to the topology's completion.
+        cpu_s: CPU s (user + system) of the topology's processes (its executor and
+            transfer actors and, for q3/q4, the checkpoint coordinator) plus this
+            driver, from just after submit (the actors exist and run) to completion.
+        machine_cpu_s: CPU s used by the whole machine over the same span (every
+            process, Ray's own and anyone else's), from ``psutil.cpu_times``.
+        latencies_ms: per tuple, wall-clock ms from the spout's emit to the query's
+            measuring point (:attr:`Query.latency_component`).
+        paced_events_per_s: the spout's pace, None when unpaced.
+    """
+
+    query: str
+    events: int
+    rows: int
+    seconds: float
+    wall_s: float
+    cpu_s: float
+    machine_cpu_s: float
+    latencies_ms: array = field(repr=False)
+    paced_events_per_s: float | None = None
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.seconds
+
+    @property
+    def events_per_cpu_s(self) -> float:
+        return self.events / self.cpu_s
+
+
+def _busy_cpu_s() -> float:
+    """CPU s the whole machine has been busy since boot (all but idle and iowait)."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
+def _cpu_s(processes: list[psutil.Process]) -> float:
+    total = 0.0
+    for p in processes:
+        try:
+            c = p.cpu_times()
+            total += c.user + c.system
+        except psutil.NoSuchProcess:  # a process that ended: its last reading stands
+            pass
+    return total
+
+
+def _coordinator_processes() -> list[psutil.Process]:
+    """The checkpoint coordinators' processes (Ray names a worker process after its actor
+    class: ``ray::CheckpointCoordinator``); the coordinator has no ``pid`` call."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if cmd and cmd[0].startswith("ray::CheckpointCoordinator"):
+            found.append(p)
+    return found
+
+
+def topology_processes(handle) -> list[psutil.Process]:
+    """The processes of a submitted topology: one per executor actor (chained tasks share
+    one) and per transfer actor, the checkpoint coordinator's when it has one, and this
+    driver. Blocks for one ``pid`` call per actor."""
+    import ray
+
+    actors = {id(a): a for a in list(handle.actors.values()) + list(handle.transfers.values())}
+    pids = set(ray.get([a.pid.remote() for a in actors.values()], timeout=60))
+    procs = [psutil.Process(pid) for pid in sorted(pids)]
+    if handle.checkpoints is not None:
+        procs += _coordinator_processes()
+    return procs + [psutil.Process(os.getpid())]
+
+
+def run_query(cluster, query: str, config: GeneratorConfig, out: str, parallelism: int = 1,
+              conf: dict | None = None, events_per_s: float | None = None,
+              name: str | None = None) -> QueryRun:
+    """Submit ``query`` over the events of ``config`` on ``cluster`` (a ``LocalCluster``),
+    wait until its result is in ``out`` (a Parquet file), measure, kill it.
+
+    Blocks until the topology completes (``RUN_TIMEOUT_S`` at most).
+
+    Args:
+        parallelism: tasks of the spout and of each query bolt (the sink has one).
+        conf: topology config (Storm's keys), over this module's (acking off).
+        events_per_s: pace the spout (all tasks together); None: as fast as it goes.
+        name: the topology's name (default ``nexmark-<query>``).
+
+    Raises:
+        KeyError: an unknown query.
+        TimeoutError: not complete within ``RUN_TIMEOUT_S`` (the topology is killed).
+        cluster.TopologyFailed: an executor died.
+    """
+    q = QUERIES[query]
+    name = name or f"nexmark-{query}"
+    topology = q.build(config, out, parallelism, events_per_s)
+    conf = {"topology.acker.executors": 0, **(conf or {})}
+    wall0 = time.perf_counter()
+    handle = cluster.submit_topology(name, conf, topology)
+    try:
+        procs = topology_processes(handle)
+        cpu0, machine0 = _cpu_s(procs), _busy_cpu_s()
+        if not handle.wait(RUN_TIMEOUT_S):
+            raise TimeoutError(f"{query} did not complete within {RUN_TIMEOUT_S} s:\n"
+                               f"{handle.stats().summary()}")
+        wall_s = time.perf_counter() - wall0
+        cpu_s = _cpu_s(procs) - cpu0
+        machine_cpu_s = _busy_cpu_s() - machine0
+        started = [t for t in handle.task_state("events", "started_at").values() if t]
+        sink = handle.task_state("sink", "finished_at")
+        rows = sum(handle.task_state("sink", "rows").values())
+        latencies = array("d")
+        for part in handle.task_state(q.latency_component, "latencies_ms").values():
+            latencies.extend(part)
+    finally:
+        cluster.kill_topology(name)
+    return QueryRun(query, config.events, rows, max(sink.values()) - min(started), wall_s,
+                    cpu_s, machine_cpu_s, latencies, events_per_s)
