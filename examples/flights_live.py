@@ -32,9 +32,10 @@ Streaming into event-time windows, checked against Spark SQL at the end.
    SQL's ``window()`` aggregation of the same files less the late rows, counts exactly
    and means to 1e-9 (examples/flights_windows.py's check).
 
-Acking is on, so a micro-batch is committed in Spark only once the topology has it;
-windowed bolts then ack a tuple once it is in its windows (docs/spark-streaming.md). This
-run injects no failures, so no row is replayed (the tests cover replays).
+Acking is on, so the topology runs checkpoints with persistent windows: a micro-batch is
+committed in Spark only once the checkpoint holding its rows (in the windows' checkpointed
+contents or beyond them) has committed, so a failed task loses nothing Spark committed
+(docs/spark-streaming.md). This run injects no failures (the tests kill tasks).
 
     python examples/flights_live.py [--days 365] [--landing-seconds 180] [--out out/flights_live]
 
@@ -272,8 +273,9 @@ class Screen(Bolt):
 
 class NamedOriginWindows(OriginWindows):
     """examples/flights_windows.py's per-origin window (WINDOW_FIELDS), with the origin
-    airport's name from Spark's join. Unanchored: behind a source that waits for acks, a
-    windowed bolt acks each tuple once it is in its windows (docs/spark-streaming.md)."""
+    airport's name from Spark's join. Persistent: its open windows are checkpointed, and
+    Spark commits a micro-batch once the checkpoint holding its rows has committed
+    (docs/spark-streaming.md)."""
 
     outputs = LIVE_WINDOW_FIELDS
 
@@ -337,7 +339,8 @@ def build(df, out_dir: Path, lag_hours: float, screen: Bolt | None = None,
         bolt = (NamedOriginWindows(kind)
                 .with_timestamp_field("time_hour")
                 .with_lag(Duration.minutes(round(lag_hours * 60)))
-                .with_late_tuple_stream("late"))
+                .with_late_tuple_stream("late")
+                .with_persistence())
         if k.hours == k.slide_hours:
             bolt.with_tumbling_window(Duration.hours(k.hours))
         else:

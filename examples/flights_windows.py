@@ -27,9 +27,12 @@ session time zone set to UTC, and the DataFrameSpout delivers it as a UTC ``date
    go back into Spark too. Check: windows plus late rows account for every row exactly,
    and the windows equal Spark SQL's aggregation of the rows that were not late.
 
-Acking is on: a row is acked once it has left every window that holds it, and the
-DataFrameSpout replays a row that fails or times out. A replay would be counted twice, so
-the checks also require every row acked and none failed.
+The windows are persistent (``StatefulWindowedBolt.with_persistence()``): the topology
+checkpoints them with the bolts' state (per origin, the windows reported) and the
+DataFrameSpout's position, so a failed task rolls back to the last checkpoint and goes on
+from there (docs/state.md). Acking is on: a row is acked when the checkpoint after it
+commits; the checks require every row acked once and none failed, and the windows counted
+in the checkpointed state to equal those in the result.
 
     python examples/flights_windows.py [--run time|csv|both]
 
@@ -51,7 +54,14 @@ from typing import NamedTuple
 from flights import flights_csv  # examples/flights.py: the CSV, unzipped once
 
 from cluster import LocalCluster, start_spark, stop_spark
-from topology import Bolt, DataFrameSpout, DatasetSink, Duration, TopologyBuilder, WindowedBolt
+from topology import (
+    Bolt,
+    DataFrameSpout,
+    DatasetSink,
+    Duration,
+    StatefulWindowedBolt,
+    TopologyBuilder,
+)
 
 #: The spout's fields: the flight's row number in the CSV, and what the windows need.
 COLUMNS = ("flight_id", "origin", "time_hour", "dep_time", "dep_delay")
@@ -89,11 +99,13 @@ MAX_SPOUT_PENDING = 10_000
 BLOCKS = 12  # Spark partitions, so Ray blocks (one fetch task each), of the spout's frame
 
 
-class OriginWindows(WindowedBolt):
+class OriginWindows(StatefulWindowedBolt):
     """Per window and origin airport: ``(kind, origin, start_ms, end_ms, flights,
     cancelled, dep_n, mean_dep_delay)``: the window's bounds (epoch ms, half-open), its
     flights, those cancelled (no ``dep_time``), those with a departure delay and its mean
-    (minutes; None if none). Each row is anchored to the origin's tuples of the window."""
+    (minutes; None if none). Its checkpointed state counts the windows it reported per
+    origin; with persistence its open windows are checkpointed too, and tuples are acked
+    as they enter them (docs/state.md)."""
 
     outputs = WINDOW_FIELDS
 
@@ -102,6 +114,9 @@ class OriginWindows(WindowedBolt):
 
     def prepare(self, conf, context, collector):
         self.collector = collector
+
+    def init_state(self, state):
+        self.reported = state
 
     def execute(self, window):
         by_origin = defaultdict(list)
@@ -112,7 +127,8 @@ class OriginWindows(WindowedBolt):
             self.collector.emit(
                 (self.kind, origin, window.start_timestamp, window.end_timestamp, len(rows),
                  sum(t["dep_time"] is None for t in rows), len(delays),
-                 sum(delays) / len(delays) if delays else None), anchors=rows)
+                 sum(delays) / len(delays) if delays else None))
+            self.reported.put(origin, self.reported.get(origin, 0) + 1)
 
 
 class LateFlights(Bolt):
@@ -177,7 +193,7 @@ def build(df, run: Run):
                       LateFlights({k.component: kind for kind, k in KINDS.items()}))
     windows = b.set_bolt("windows", DatasetSink(fields=WINDOW_FIELDS))
     for kind, k in KINDS.items():
-        bolt = OriginWindows(kind).with_timestamp_field("time_hour")
+        bolt = OriginWindows(kind).with_timestamp_field("time_hour").with_persistence()
         if k.hours == k.slide_hours:
             bolt.with_tumbling_window(Duration.hours(k.hours))
         else:
@@ -301,6 +317,9 @@ def run_one(cluster, spark, df, n_rows: int, run: Run) -> bool:
         stats = handle.stats()
         fired = {w["component"]: w for w in stats.windows()}
         n_late = sum(w["late"] for w in fired.values())
+        reported = {k.component: sum(sum(t.values()) for t in
+                                     handle.state()[k.component].values())
+                    for k in KINDS.values()}
         windows = handle.to_spark("windows", spark).cache()
         late_ids = late_frame(spark, handle, n_late).cache()
     finally:
@@ -318,6 +337,11 @@ def run_one(cluster, spark, df, n_rows: int, run: Run) -> bool:
     for e in stats.errors:
         failures.append(f"error in {e['component']}:{e['task']} ({e['count']}x): "
                         f"{e['error_type']}: {e['message']}")
+    for kind, k in KINDS.items():
+        if reported[k.component] != outcome.windows[kind]:
+            failures.append(f"{k.component}'s checkpointed state counts "
+                            f"{reported[k.component]:,} origin-windows reported, the "
+                            f"result holds {outcome.windows[kind]:,}")
     bad_ts = sum(w["bad"] for w in fired.values())
     if bad_ts:
         failures.append(f"{bad_ts} rows with a bad time_hour")
