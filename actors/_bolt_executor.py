@@ -10,6 +10,7 @@ from actors._acking import BoltLedger
 from actors._collectors import BoltCollector
 from actors._executor import ExecutorCore
 from actors._streams import BARRIER_STREAM, DRAINED_STREAM, EOS_STREAM, FLUSH, TICK_STREAM
+from actors._two_phase import TwoPhaseCommitExecutor
 from actors.state._task import checkpointed
 from actors.windowing import WindowedBoltExecutor
 from actors.windowing.persistent import PersistentWindowedBoltExecutor
@@ -24,6 +25,7 @@ from topology import (
     Tuple,
     WindowedBolt,
 )
+from topology._two_phase import TwoPhaseCommitSink
 
 #: what an input sends in line with its data: parked with it while the task aligns
 _CHANNEL_MARKERS = (BARRIER_STREAM, EOS_STREAM, DRAINED_STREAM)
@@ -91,10 +93,13 @@ class BoltExecutor(ExecutorCore):
         return self.ledger.failed if self.is_acker else self._failed + self.collector.failed
 
     def _component_object(self, obj, topology, conf: dict):
-        """A :class:`WindowedBolt` runs inside a :class:`WindowedBoltExecutor` (Storm's),
+        """A ``TwoPhaseCommitSink`` runs inside a :class:`TwoPhaseCommitExecutor`. A
+        :class:`WindowedBolt` runs inside a :class:`WindowedBoltExecutor` (Storm's),
         or, in a topology that runs checkpoints, a :class:`PersistentWindowedBoltExecutor`
         (its windows are checkpointed; the plan refuses a ``StatefulWindowedBolt`` there
         without ``with_persistence()``)."""
+        if isinstance(obj, TwoPhaseCommitSink):  # (its topology always checkpoints)
+            return TwoPhaseCommitExecutor(obj)
         if not isinstance(obj, WindowedBolt):
             return obj
         if checkpointed(topology, conf):

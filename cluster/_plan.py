@@ -30,6 +30,7 @@ from topology import (
     make_config,
 )
 from topology._keygroups import check_key_group_parallelism
+from topology._two_phase import TwoPhaseCommitSink
 
 #: ``topology.worker.placement`` → the Ray placement-group strategy (bundle = worker)
 PLACEMENT_STRATEGIES = {"pack": "PACK", "spread": "SPREAD"}
@@ -167,7 +168,8 @@ def _refuse_unsound_state(topology: StormTopology, conf: dict) -> None:
         return
     comps = topology.components
     stateful = sorted(c for c, spec in comps.items() if not spec.is_spout
-                      and (is_stateful(spec.obj) or isinstance(spec.obj, WindowedBolt)))
+                      and (is_stateful(spec.obj)
+                           or isinstance(spec.obj, (WindowedBolt, TwoPhaseCommitSink))))
     for cid in stateful:
         obj = comps[cid].obj
         if isinstance(obj, StatefulWindowedBolt) and not obj.persistent:

@@ -27,7 +27,7 @@ from actors import (
 from actors.state import checkpointed
 from cluster._handle import TopologyHandle, placement_group_name
 from cluster._plan import TopologyPlan, assign_tasks, plan
-from topology import StormTopology, TopologyError
+from topology import StormTopology, TopologyError, TwoPhaseCommitSink
 
 __all__ = ["assign_tasks", "launch", "plan", "submit"]
 
@@ -56,11 +56,15 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
     has gone cannot read them.
 
     Raises:
-        TopologyError: not a topology, an invalid graph, or a bad name.
+        TopologyError: not a topology, an invalid graph, a bad name, or a sink whose
+            target cannot be used (``TwoPhaseCommitSink.open_target``).
         ConfigError: invalid config.
         TimeoutError: Ray could not place the workers within ``ready_timeout`` s.
     """
     p = plan(topology, conf)
+    for spec in p.topology.components.values():  # sinks' targets, before anything starts
+        if isinstance(spec.obj, TwoPhaseCommitSink):
+            spec.obj.open_target()
     return launch(p, name, ready_timeout, detached)
 
 

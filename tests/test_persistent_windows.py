@@ -173,7 +173,7 @@ def test_a_restored_executor_fires_the_windows_it_held_and_commits_write_what_ch
     _feed(ex, rows[-1:] * 3)
     assert _checkpoint(ex, store, 2) == (2, 0)  # meta + the newest partition
     twin, twin_col = _executor()
-    twin.restore_internals(dict(store))
+    twin.restore_internals(dict(store), 2)
     for e in (ex, twin):
         e.upstream_ended(1)
         e.upstream_ended(2)
@@ -185,7 +185,7 @@ def test_a_restored_executor_fires_the_windows_it_held_and_commits_write_what_ch
 def test_a_stored_window_that_does_not_decode_is_refused_as_such():
     ex, _ = _executor()
     with pytest.raises(ValueError, match="'win'.*do not restore"):
-        ex.restore_internals({"meta": b"\x93\x01\x02\x03"})
+        ex.restore_internals({"meta": b"\x93\x01\x02\x03"}, 1)
 
 
 class StatefulWords(StatefulWindowedBolt):
@@ -332,3 +332,22 @@ def test_persistent_flight_windows_are_exact_after_the_windowed_task_is_killed_t
     for task_state in state.values():
         fired.update(task_state)
     assert fired == per_origin
+
+
+def test_a_missing_or_mistyped_timestamp_is_reported_and_leaves_the_windows_unchanged():
+    """Bad input: the tuple is reported (the error names the field), acked, counted, and
+    the checkpointed windows are what they were without it."""
+    ex, col = _executor()
+    twin, _ = _executor()
+    rows = [(1, 10_000 + i, "a") for i in range(20)] + [(2, 10_005, "b")]
+    _feed(ex, rows)
+    _feed(twin, rows)
+    ex.execute(Tuple(["soon", "a"], FIELDS, "src", 1, "default"))
+    ex.execute(Tuple(["x"], Fields(("word",)), "src", 1, "default"))
+    assert ex.bad_timestamps == 2 and len(col.errors) == 2
+    assert all("ts" in str(e) for e in col.errors)
+    assert col.acked == len(rows) + 2
+    mine, theirs = {}, {}
+    _checkpoint(ex, mine, 1)
+    _checkpoint(twin, theirs, 1)
+    assert mine == theirs

@@ -33,6 +33,7 @@ from topology._components import (
     TopologyContext,
 )
 from topology._config import CONFIG_KEYS, DEFAULTS, ConfigKey, effective_batch_size, make_config
+from topology._db_sink import DbApiSink
 from topology._dead_letters import (
     DEAD_LETTER_FIELDS,
     DEAD_LETTER_STREAM,
@@ -42,10 +43,12 @@ from topology._dead_letters import (
 )
 from topology._errors import ConfigError, EmitError, TopologyError
 from topology._fields import Fields
+from topology._parquet_sink import ParquetSink
 from topology._sinks import DatasetSink, DeadLetterSink
 from topology._spouts import CollectorBolt, IterableSpout
 from topology._state import KeyValueState, StateError, StatefulBolt, StatefulSpout
 from topology._tuple import SYSTEM_COMPONENT_ID, SYSTEM_TICK_STREAM_ID, TICK_FIELDS, Tuple
+from topology._two_phase import TwoPhaseCommitSink
 from topology.windows import (
     Count,
     Duration,
@@ -68,6 +71,7 @@ __all__ = [
     "effective_batch_size", "make_config",
     "BoundedMultiInput", "FORWARD", "TICK_FIELDS", "WindowSpec", "dead_letter_consumers",
     "KeyValueState", "StateError", "StatefulBolt", "StatefulSpout", "StatefulWindowedBolt",
+    "DbApiSink", "ParquetSink", "TwoPhaseCommitSink",
 ]
 
 #: names this package gives from the packages beside it, imported on first use

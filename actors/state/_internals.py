@@ -35,11 +35,22 @@ class CheckpointedInternals(ABC):
         Called after the user's ``pre_prepare`` for checkpoint ``checkpoint_id``."""
 
     @abstractmethod
-    def restore_internals(self, entries: dict[Any, bytes]) -> None:
+    def restore_internals(self, entries: dict[Any, bytes], checkpoint_id: int | None) -> None:
         """Replace the runtime-side state with ``entries`` (key → value bytes, as written
-        up to the checkpoint restored; empty: the state of a first start).
+        up to checkpoint ``checkpoint_id``, which has committed; empty and None: the state
+        of a first start).
 
         Raises:
             ValueError: the entries are not a snapshot this object can read (the caller
                 treats the checkpoint as corrupt).
+            Exception: anything else fails the restore (the task stays paused and the
+                topology rolls back again).
+        """
+
+    def internal_commit(self, checkpoint_id: int) -> None:  # noqa: B027 (optional hook)
+        """Checkpoint ``checkpoint_id`` has committed (after the user's ``pre_commit``).
+
+        Raises:
+            Exception: reported, and the topology rolls back to the last committed
+                checkpoint (whose restore is expected to finish what this did not).
         """

@@ -41,6 +41,7 @@ from actors.state._provider import CorruptCheckpoint, TaskStore
 from topology import StormTopology, WindowedBolt
 from topology._keygroups import key_group_count, key_group_range, state_key_group
 from topology._state import KeyValueState, StatefulBolt, StatefulSpout, _Stateful
+from topology._two_phase import TwoPhaseCommitSink
 
 if TYPE_CHECKING:  # (actors/_executor.py imports this module: no cycle at run time)
     from actors._executor import ExecutorCore
@@ -70,14 +71,16 @@ def is_stateful(obj: Any) -> bool:
 
 def checkpointed(topology: StormTopology, conf: dict) -> bool:
     """True when the topology runs checkpoints: some bolt is stateful (a stateful spout
-    alone keeps its position only where checkpoints run), or a windowed bolt's input
-    comes from a spout whose source waits for acks (a ``StreamingDataFrameSpout`` with
-    msg ids) with acking on, unless ``topology.bolts.window.ack.on.entry`` is set (the
-    plan's choice: such windows are persistent, so Spark commits only rows whose windows
-    are in a committed checkpoint). Every windowed bolt of a checkpointed topology runs
-    with persistent windows."""
+    alone keeps its position only where checkpoints run) or a ``TwoPhaseCommitSink``; or a
+    windowed bolt takes input from a spout whose source waits for acks (a
+    ``StreamingDataFrameSpout`` with msg ids), acking is on and
+    ``topology.bolts.window.ack.on.entry`` is unset (the plan's choice: its windows are
+    persistent, so Spark commits only rows in a committed checkpoint). Every windowed bolt
+    of a checkpointed topology runs with persistent windows."""
     comps = topology.components.values()
-    if any(not spec.is_spout and is_stateful(spec.obj) for spec in comps):
+    if any(not spec.is_spout and (is_stateful(spec.obj)
+                                  or isinstance(spec.obj, TwoPhaseCommitSink))
+           for spec in comps):
         return True
     return (bool(topology.acker_tasks) and conf.get(ACK_ON_ENTRY) is None
             and any(spec.is_spout and spec.obj.acks_hold_source for spec in comps)
@@ -265,7 +268,7 @@ class TaskCheckpoint:
             self._internal_bytes = {k: len(v) for k, v in entries.items()}
             try:
                 self.obj.restore_internals({decode_key(k[1:]): v for k, v in entries.items()
-                                           if k.startswith(INTERNAL_PREFIX)})
+                                           if k.startswith(INTERNAL_PREFIX)}, checkpoint_id)
             except ValueError as e:
                 raise CorruptCheckpoint(f"task {self.core.task_id}", checkpoint_id or 0,
                                         str(e)) from None
@@ -329,6 +332,12 @@ class TaskCheckpoint:
             del self._started[cid]
         if self.stateful:
             self._user("pre_commit", checkpoint_id)
+            if isinstance(self.obj, CheckpointedInternals):
+                try:
+                    self.obj.internal_commit(checkpoint_id)
+                except Exception as e:  # (a sink that cannot publish): roll back to it
+                    self.core.errors.report(e, f"commit of checkpoint {checkpoint_id}")
+                    self.failed(f"commit of checkpoint {checkpoint_id} failed: {e}")
             if prev is not None:
                 self.store.collect(prev)
         if self.is_spout:

@@ -182,7 +182,7 @@ class PersistentWindowedBoltExecutor(WindowedBoltExecutor, StatefulBolt, Checkpo
                            "store", self._component, len(held), limit)
         return puts, deletes
 
-    def restore_internals(self, entries: dict[Any, bytes]) -> None:
+    def restore_internals(self, entries: dict[Any, bytes], checkpoint_id: int | None) -> None:
         self.engine = WindowEngine(self.spec, self._upstream, self._component)
         self._reset_tracking()
         if not entries:

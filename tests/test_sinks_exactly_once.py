@@ -1,0 +1,216 @@
+"""Two-phase-commit sinks (topology/_two_phase.py, actors/_two_phase.py): ParquetSink's
+staging, commit, abort and recovery driven as the checkpoints drive them, then on Ray with
+the sink's and a relay's executors killed mid-stream."""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow.dataset as pads
+import pytest
+
+from actors._two_phase import SinkError, TwoPhaseCommitExecutor
+from tests._util import until
+from topology import (
+    DbApiSink,
+    Fields,
+    IterableSpout,
+    ParquetSink,
+    TopologyBuilder,
+    TopologyError,
+    Tuple,
+)
+from topology._components import TopologyContext
+
+FIELDS = Fields(("id", "kind"))
+
+
+class _Collector:
+    def report_error(self, e):  # pragma: no cover
+        raise AssertionError(e)
+
+
+class Checkpoints:
+    """A sink task driven as the runtime drives it, with its checkpointed entries per
+    checkpoint id (what a restore of that id returns)."""
+
+    def __init__(self, sink_factory, path):
+        self.path, self.factory = path, sink_factory
+        self.stored: dict[int, dict] = {}
+        self.task = self._start(None)
+
+    def _start(self, checkpoint_id):
+        ex = TwoPhaseCommitExecutor(self.factory())
+        ex.sink.open_target()
+        ex.prepare({}, TopologyContext("t", "sink", 3, 0, {"sink": [3]}), _Collector())
+        ex.restore_internals(dict(self.stored.get(checkpoint_id, {})), checkpoint_id)
+        return ex
+
+    def write(self, ids):
+        for i in ids:
+            self.task.execute(Tuple([i, "k" + str(i % 3)], FIELDS, "src", 1, "default"))
+
+    def snapshot(self, cid):
+        puts, deletes = self.task.internal_changes(cid)
+        entries = dict(self.stored.get(max(self.stored, default=None), {}))
+        entries.update(puts)
+        for k in deletes:
+            entries.pop(k, None)
+        self.stored[cid] = entries
+
+    def restart(self, checkpoint_id):
+        """The task died; a new one restores ``checkpoint_id`` (the last committed)."""
+        self.stored = {c: e for c, e in self.stored.items() if c <= checkpoint_id}
+        self.task = self._start(checkpoint_id)
+
+
+def _ids(path, column: str = "id") -> list[int]:
+    """The committed dataset's ``column`` (pyarrow skips ``_staging``)."""
+    ds = pads.dataset(path, format="parquet")
+    return sorted(ds.to_table().column(column).to_pylist()) if ds.files else []
+
+
+def test_files_appear_at_commit_and_once_across_a_restart_between_stage_and_commit(tmp_path):
+    path = str(tmp_path / "out")
+    c = Checkpoints(lambda: ParquetSink(path), path)
+    c.write(range(10))
+    c.snapshot(1)
+    assert os.listdir(os.path.join(path, "_staging")) and _ids(path) == []  # staged only
+    c.task.internal_commit(1)
+    assert _ids(path) == list(range(10))
+    c.write(range(10, 20))
+    c.snapshot(2)                      # staged, and the task dies before its commit
+    c.restart(1)                       # checkpoint 2 did not commit: its file goes
+    assert os.listdir(os.path.join(path, "_staging")) == []
+    c.write(range(10, 20))             # the replay
+    c.snapshot(2)
+    c.restart(2)                       # committed, the task died before publishing
+    assert _ids(path) == list(range(20))
+    c.task.internal_commit(2)          # a late commit message changes nothing
+    assert _ids(path) == list(range(20))
+    names = sorted(os.listdir(path))
+    assert names == ["_staging", "part-sink-3-1-0.parquet", "part-sink-3-2-0.parquet"]
+
+
+def test_min_rows_carries_rows_in_the_checkpoint_until_a_file_is_due(tmp_path):
+    """Below min_rows the rows ride in the checkpoint (no file); a rollback restores them;
+    the file written once enough rows came holds each row once."""
+    path = str(tmp_path / "out")
+    c = Checkpoints(lambda: ParquetSink(path, min_rows=25, partition_by=("kind",)), path)
+    c.write(range(10))
+    c.snapshot(1)
+    c.task.internal_commit(1)
+    c.write(range(10, 20))
+    c.snapshot(2)
+    c.task.internal_commit(2)
+    assert _ids(path) == []            # 20 rows < 25: carried, not written
+    c.write(range(20, 23))             # after checkpoint 2, then a failure
+    c.restart(2)
+    c.write(range(20, 30))             # the replay and more: 30 rows
+    c.snapshot(3)
+    c.task.internal_commit(3)
+    assert _ids(path) == list(range(30))
+    assert sorted(d for d in os.listdir(path) if d != "_staging") == [
+        "kind=k0", "kind=k1", "kind=k2"]
+    got = pads.dataset(path, format="parquet", partitioning="hive").to_table()
+    assert sorted(zip(got.column("id").to_pylist(), got.column("kind").to_pylist(),
+                      strict=True)) == [(i, f"k{i % 3}") for i in range(30)]
+
+
+def _db_rows(db) -> list[int]:
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        return sorted(r[0] for r in con.execute("SELECT id FROM t"))
+    finally:
+        con.close()
+
+
+def _db_sink(db):
+    import functools
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER, kind TEXT)")
+    con.commit()
+    con.close()
+    return DbApiSink(functools.partial(sqlite3.connect, db, timeout=30),
+                     "INSERT INTO t (id, kind) VALUES (?, ?)")
+
+
+def test_db_rows_go_in_with_their_checkpoint_once_across_restarts(tmp_path):
+    db = str(tmp_path / "out.db")
+    c = Checkpoints(lambda: _db_sink(db), db)
+    c.write(range(10))
+    c.snapshot(1)
+    assert _db_rows(db) == []                  # nothing before the commit
+    c.task.internal_commit(1)
+    c.write(range(10, 15))
+    c.snapshot(2)
+    c.restart(1)                               # 2 did not commit: its rows are gone
+    c.write(range(10, 20))
+    c.snapshot(2)
+    c.restart(2)                               # committed; restored and published
+    c.task.internal_commit(2)                  # again: a no-op
+    assert _db_rows(db) == list(range(20))
+
+
+def test_a_sink_that_cannot_publish_names_itself_and_the_checkpoint(tmp_path):
+    path = str(tmp_path / "out")
+    c = Checkpoints(lambda: ParquetSink(path), path)
+    c.write(range(3))
+    c.snapshot(1)
+    for f in os.listdir(os.path.join(path, "_staging")):
+        os.remove(os.path.join(path, "_staging", f))
+    with pytest.raises(SinkError, match="sink 'sink' task 3: commit of checkpoint 1"):
+        c.task.internal_commit(1)
+
+
+def test_an_unwritable_target_is_refused_at_submit_naming_it(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(TopologyError, match="cannot be written"):
+        ParquetSink(str(blocker / "out")).open_target()
+    with pytest.raises(TopologyError, match="min_rows"):
+        ParquetSink(str(tmp_path), min_rows=0)
+
+
+# -- on Ray ---------------------------------------------------------------------------------------
+
+
+def test_ids_reach_parquet_and_sqlite_exactly_once_with_sinks_and_a_relay_killed(
+        cluster, name, tmp_path):
+    """Ids flow spout (position-keeping) → relay (2 tasks) → ParquetSink (2 tasks) and
+    DbApiSink on SQLite (2 tasks), over two workers; a Parquet sink task, a database sink
+    task and a relay task are killed mid-stream. The committed dataset and the table hold
+    every id exactly once (the dataset also as DuckDB reads it)."""
+    import duckdb
+
+    from tests.components import RelayBolt
+    from tests.test_state import _kill_and_wait
+
+    n = 6000
+    out, db = str(tmp_path / "out"), str(tmp_path / "out.db")
+    b = TopologyBuilder()
+    b.set_spout("src", IterableSpout([(i, f"k{i % 3}") for i in range(n)], ("id", "kind")), 2)
+    b.set_bolt("relay", RelayBolt(("id", "kind"), delay_s=0.0005), 2).shuffle_grouping("src")
+    b.set_bolt("parquet", ParquetSink(out), 2).shuffle_grouping("relay")
+    b.set_bolt("db", _db_sink(db), 2).shuffle_grouping("relay")
+    conf = {"topology.workers": 2, "topology.acker.executors": 0,
+            "topology.state.checkpoint.interval.ms": 200,
+            "topology.state.checkpoint.dir": str(tmp_path / "ckpt"),
+            "topology.executor.receive.buffer.size": 256, "topology.producer.batch.size": 50}
+    handle = cluster.submit_topology(name, conf, b.create_topology())
+    try:
+        tasks = handle.topology.component_tasks
+        for victim in (tasks["parquet"][0], tasks["db"][1], tasks["relay"][1]):
+            until(lambda: handle.checkpoint_stats()["completed"] >= 2, 60, "checkpoints")
+            _kill_and_wait(handle, victim)
+        assert handle.wait(180), handle.stats().summary()
+    finally:
+        cluster.kill_topology(name)
+    assert _ids(out) == list(range(n))
+    assert duckdb.sql(f"SELECT count(*), count(DISTINCT id) FROM '{out}/*.parquet'"
+                      ).fetchall() == [(n, n)]
+    assert _db_rows(db) == list(range(n))

@@ -1,0 +1,85 @@
+"""Exactly-once output: sinks whose writes are published when the checkpoint after them
+commits (Flink's ``TwoPhaseCommitSinkFunction``; Flink's docs "Fault Tolerance Guarantees
+of Data Sources and Sinks").
+
+The protocol, per sink task and checkpoint N:
+
+1. ``write(tup)`` stages each tuple in the open transaction (memory, a staging file);
+2. when barrier N reaches the task, ``pre_commit(N)`` makes what was staged since the last
+   barrier durable and returns the *transaction*: what ``commit`` needs to publish it (the
+   names of staged files, or the rows themselves), a value the wire codec can carry. The
+   runtime records it in the task's checkpoint N, in the same atomic write as the task's
+   other state;
+3. when checkpoint N commits, ``commit(N, transaction)`` publishes it. A commit may be
+   repeated with the same arguments after a restore (the task died between the
+   checkpoint's commit and its own), so it must be idempotent by checkpoint id;
+4. on a rollback to checkpoint N, ``abort(M, transaction)`` for each transaction whose
+   checkpoint M did not commit, then ``recover(N)``: reset the open transaction and drop
+   what was staged above N that no transaction names (a task that died between staging
+   and its snapshot); then ``commit`` again for every transaction checkpoint N holds (on
+   a restart too: the task may have died before publishing them).
+
+A topology with a ``TwoPhaseCommitSink`` runs checkpoints even when no bolt is stateful, and
+its output follows the state's guarantee (docs/state.md): exactly-once with a spout that
+rewinds, or with one that replays on ``fail`` and acking on.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any
+
+from topology._components import Bolt
+
+
+class TwoPhaseCommitSink(Bolt):
+    """A sink that publishes its output with the checkpoints (see the module docstring).
+
+    Subclasses implement :meth:`write`, :meth:`pre_commit`, :meth:`commit` and
+    :meth:`abort`, and may override :meth:`recover`; ``execute`` calls ``write``. Called on
+    the task's executor thread only; ``prepare`` comes first, then ``recover``.
+    """
+
+    outputs = ()
+
+    def execute(self, tup) -> None:
+        self.write(tup)
+
+    @abstractmethod
+    def write(self, tup) -> None:
+        """Stage ``tup`` in the open transaction."""
+
+    @abstractmethod
+    def pre_commit(self, checkpoint_id: int) -> Any:
+        """Make what was staged since the previous call durable; return the transaction
+        that publishes it (codec-encodable; None when nothing was staged).
+
+        Raises:
+            Exception: the checkpoint fails (the topology rolls back and replays).
+        """
+
+    @abstractmethod
+    def commit(self, checkpoint_id: int, transaction: Any) -> None:
+        """Publish ``transaction`` (checkpoint ``checkpoint_id`` has committed).
+        Idempotent: a repeat with the same arguments changes nothing.
+
+        Raises:
+            Exception: reported naming the sink and the checkpoint; the topology rolls
+                back to that checkpoint, whose restore commits it again.
+        """
+
+    @abstractmethod
+    def abort(self, checkpoint_id: int, transaction: Any) -> None:
+        """Discard ``transaction``: its checkpoint did not commit."""
+
+    def open_target(self) -> None:  # noqa: B027 (optional hook)
+        """Called once on the driver at submit, before anything starts: check that the
+        target can be reached (create it if need be).
+
+        Raises:
+            TopologyError: the target cannot be used, naming it.
+        """
+
+    def recover(self, last_committed: int | None) -> None:  # noqa: B027 (optional hook)
+        """After a restore to ``last_committed`` (None: nothing committed), and at start:
+        drop staged data of later checkpoints that no transaction names."""
