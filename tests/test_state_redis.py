@@ -145,9 +145,17 @@ def test_a_redis_that_lost_the_data_is_a_corrupt_checkpoint_not_an_empty_state(p
     s.restore(None)
     s.prepare(1, contract.puts(("a", 1)), [])
     provider.delete()  # (as a Redis restarted without persistence would have it)
-    with pytest.raises(CorruptCheckpoint, match="the Redis data is gone"):
+    with pytest.raises(CorruptCheckpoint, match="checkpoint 2 .* the Redis data is gone"):
+        s.prepare(2, contract.puts(("b", 2)), [])  # (a delta on top of nothing)
+    assert provider.keys() == []
+    with pytest.raises(CorruptCheckpoint, match="checkpoint 1 .* the Redis data is gone"):
         s.restore(1)
+    fresh = provider.task_store("count", 0)  # (a task restarted: a new process)
+    with pytest.raises(CorruptCheckpoint, match="the Redis data is gone"):
+        fresh.restore(1)
     assert s.restore(None) == {}
+    s.prepare(2, contract.puts(("b", 2)), [])
+    assert fresh.restore(2) == {k("b"): k(2)}
 
 
 def test_state_and_log_survive_the_provider_the_next_one_finds_them(server):

@@ -74,6 +74,8 @@ __all__ = ["RedisConfig", "RedisProvider", "RedisStateError"]
 log = logging.getLogger(__name__)
 
 _CONFIG_KEY = "topology.state.provider.config"
+_GONE = ("this task's registration is not stored: the Redis data is gone (a Redis "
+         "restarted without persistence, a flush, or another db or key_prefix)")
 _ENTRY_HEAD = struct.Struct(">qB")  # key group, 1 put / 0 delete; then the value
 #: fields per HSET/HDEL command inside one transaction (one command's arguments are built
 #: in one buffer by client and server alike; a large delta goes as several commands)
@@ -307,6 +309,8 @@ class _RedisTaskStore(TaskStore):
         self.keys = _TaskKeys(root, component, task)
         self.name = f"redis://{client.address} {self.keys.prefix}"
         self._lock = threading.Lock()
+        #: this object has restored or prepared: its task's registration must be there
+        self._seen = False
 
     def _meta(self, what: str) -> _Meta:
         k = self.keys
@@ -324,13 +328,21 @@ class _RedisTaskStore(TaskStore):
 
         Raises:
             ValueError: ``checkpoint_id`` is at or below the collected base.
+            CorruptCheckpoint: this store restored or prepared before, and its task's
+                registration is gone (the Redis data was lost: a delta on top of nothing
+                would be a wrong state).
             RedisStateError: a Redis command failed (nothing of the checkpoint is written).
         """
         entries = _changes(puts, deletes)
         k = self.keys
         with self._lock:
-            base = self._client.call("GET " + k.base_id,
-                                     lambda: self._client.redis.get(k.base_id))
+            def check(pipe) -> None:
+                pipe.get(k.base_id)
+                pipe.sismember(k.registry, k.member)
+            base, registered = self._client.transaction(
+                check, f"prepare of checkpoint {checkpoint_id}")
+            if self._seen and not registered:
+                raise CorruptCheckpoint(self.name, checkpoint_id, _GONE)
             if base is not None and checkpoint_id <= int(base):
                 raise ValueError(f"{self.name}: checkpoint {checkpoint_id} cannot be "
                                  f"written: checkpoints up to {int(base)} are collected "
@@ -343,6 +355,7 @@ class _RedisTaskStore(TaskStore):
                 pipe.hset(k.versions, str(checkpoint_id), _record(entries))
                 pipe.sadd(k.registry, k.member)
             self._client.transaction(build, f"prepare of checkpoint {checkpoint_id}")
+            self._seen = True
 
     def _decode(self, ver: int, raw: dict) -> list[tuple[bytes, int, bytes | None]]:
         """The entries of ``delta/<ver>`` sorted by key (``CorruptCheckpoint`` for one
@@ -428,9 +441,10 @@ class _RedisTaskStore(TaskStore):
 
         Raises:
             CorruptCheckpoint: a delta read fails its check; the checkpoint is collected;
-                or nothing of this task is stored at all, not even its registration (the
-                Redis data is gone: a Redis restarted without persistence, or another
-                ``db`` or ``key_prefix``).
+                or the task's registration is gone while this store restored or prepared
+                before, or nothing at all of the task is stored (the Redis data was lost:
+                a Redis restarted without persistence, a flush, or another ``db`` or
+                ``key_prefix``).
             RedisStateError: a Redis command failed.
         """
         k = self.keys
@@ -444,6 +458,7 @@ class _RedisTaskStore(TaskStore):
                     pipe.delete(*doomed)
                     pipe.sadd(k.registry, k.member)
                 self._client.transaction(clear, "restore of no checkpoint")
+                self._seen = True
                 return {}
             if meta.base is not None and checkpoint_id < meta.base:
                 raise CorruptCheckpoint(self.name, checkpoint_id,
@@ -457,13 +472,12 @@ class _RedisTaskStore(TaskStore):
                 self._client.transaction(discard, f"restore of checkpoint {checkpoint_id}")
                 for v in above:
                     del meta.versions[v]
-            if meta.base is None and not meta.versions and not meta.registered:
-                raise CorruptCheckpoint(
-                    self.name, checkpoint_id,
-                    "nothing of this task is stored, not even its registration in "
-                    f"{k.registry}: the Redis data is gone (a Redis restarted without "
-                    "persistence, or another db or key_prefix)")
-            return self._state_at(checkpoint_id, meta, groups)
+            if not meta.registered and (self._seen or (meta.base is None
+                                                        and not meta.versions)):
+                raise CorruptCheckpoint(self.name, checkpoint_id, _GONE)
+            state = self._state_at(checkpoint_id, meta, groups)
+            self._seen = True
+            return state
 
     def collect(self, keep_from: int) -> None:
         """See :meth:`TaskStore.collect`. Best effort: a Redis error, or a delta that
