@@ -118,9 +118,12 @@ class ExecutorActor:
 
         gen, cid = 0, None
         self._checkpoints = ray.get_actor(checkpoint_coordinator_name(self._prefix))
+        provider = make_provider(conf, topology_name, self._prefix)
         if rejoining:
             gen, cid = ray.get(self._checkpoints.restarted.remote(self.core.task_id))
-        provider = make_provider(conf, topology_name, self._prefix)
+        else:  # a submit from a savepoint starts from the checkpoint it seeded
+            committed = provider.checkpoint_log().load()[2]
+            cid = committed[-1] if committed else None
         for core in self.cores.values():  # (the host first: its chain shares its inbox)
             store = provider.task_store(core.component_id, core.task_id) if (
                 is_stateful(core.obj)) else None

@@ -4,7 +4,9 @@
     storm-on-ray list
     storm-on-ray stats NAME
     storm-on-ray deactivate NAME | activate NAME
-    storm-on-ray kill NAME [--wait SECS] [--drain]
+    storm-on-ray submit SCRIPT --restore PATH [args...]  # its topologies start from a savepoint
+    storm-on-ray kill NAME [--wait SECS] [--drain | --savepoint PATH]
+    storm-on-ray savepoint NAME PATH                   # a savepoint of a running topology
     storm-on-ray state PATH [--checkpoint N] [--json]   # checkpointed state, offline
 
 ``--address`` names the cluster: a GCS address (``host:6379``) or ``auto`` for ``list``,
@@ -21,6 +23,7 @@ Ray's token authentication stays as Ray sets it: the commands use the token Ray 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import subprocess
@@ -112,8 +115,14 @@ def _control(args) -> int:
     from cluster._handle import attach
 
     handle = attach(args.name)
+    if args.command == "savepoint":
+        print(f"savepoint: {args.name} → {handle.savepoint(args.path)}")
+        return 0
     if args.command == "kill":
-        if args.drain:
+        if args.savepoint:
+            handle.kill(wait_secs=args.wait or 0, savepoint=args.savepoint)
+            print(f"savepoint: {args.name} → {os.path.abspath(args.savepoint)}")
+        elif args.drain:
             done = handle.drain(args.wait)
             if not done:
                 print(f"drain: {args.name} did not complete within {args.wait} s; "
@@ -131,12 +140,16 @@ def _control(args) -> int:
 
 def _submit(args) -> int:
     from cluster._auth import use_available_token
+    from cluster._local import RESTORE_ENV
 
     use_available_token()  # `ray job submit` sends the token only in token mode
     ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
     cmd = [ray_cli if os.path.exists(ray_cli) else "ray", "job", "submit"]
     if args.address:
         cmd += ["--address", args.address]
+    if args.restore:  # (submit_topology reads it when not given restore_from)
+        cmd += ["--runtime-env-json",
+                json.dumps({"env_vars": {RESTORE_ENV: os.path.abspath(args.restore)}})]
     cmd += ["--working-dir", ".", "--", "python", args.file, *args.args]
     return subprocess.call(cmd)
 
@@ -193,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("submit", help="run a topology file as a Ray job (ray job submit)")
     p.add_argument("file")
+    p.add_argument("--restore", default=None, metavar="PATH",
+                   help="the script's topologies start from this savepoint "
+                        "(STORM_ON_RAY_RESTORE)")
     p.add_argument("args", nargs=argparse.REMAINDER)
     sub.add_parser("list", help="running topologies")
     for cmd, what in (("stats", "per-component rate, capacity and backpressure"),
@@ -208,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--drain", action="store_true",
                            help="drain first: spouts take no new input and end their "
                                 "streams, windows fire, the topology completes; then kill")
+            p.add_argument("--savepoint", default=None, metavar="PATH",
+                           help="stop with a savepoint: deactivate, take a savepoint at "
+                                "PATH once a checkpoint commits, then kill")
+    p = sub.add_parser("savepoint", help="copy a running topology's last checkpoint to a "
+                                         "savepoint directory")
+    p.add_argument("name")
+    p.add_argument("path", help="a new or empty directory")
     p = sub.add_parser("state", help="print checkpointed state (no cluster needed)")
     p.add_argument("path", help="<topology.state.checkpoint.dir>/<topology>/<submit id>, or "
                                 "a component's directory in it")
@@ -228,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
         return {"list": _list, "stats": _stats}.get(args.command, _control)(args)
     except KeyError as e:
         print(f"storm-on-ray: {e.args[0]}", file=sys.stderr)
+        return 1
+    except ValueError as e:  # a savepoint that cannot be taken (path, no state)
+        print(f"storm-on-ray: {e}", file=sys.stderr)
         return 1
 
 

@@ -13,7 +13,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from actors import TASK, WORKER, actor_name, parse_actor_name
 from cluster._stats import TaskStats, TopologyStats, WorkerStats, stats_html
-from topology import Spout, StormTopology
+from topology import Spout, StormTopology, TopologyError
 
 logger = logging.getLogger("storm_on_ray.cluster")
 
@@ -126,6 +126,42 @@ class TopologyHandle:
                 return True
             time.sleep(0.05)
         return False
+
+    def savepoint(self, path: str, timeout: float = 120) -> str:
+        """Take a checkpoint now and copy it, once committed, to ``path``, a directory
+        that outlives the topology (Flink's savepoint): every task's state, spout
+        positions, persistent windows and sinks' pending commits, with a
+        ``metadata.json`` and a ``_COMMITTED`` marker written last. Start a topology from
+        it with ``submit_topology(..., restore_from=path)``. Blocks until written.
+
+        Args:
+            path: a directory that does not exist or is empty.
+            timeout: seconds to wait for the checkpoint to commit.
+
+        Returns:
+            The savepoint's absolute path.
+
+        Raises:
+            SavepointError: ``path`` exists and is not an empty directory.
+            TopologyError: the topology keeps no state, its provider is not ``local``,
+                or no checkpoint committed within ``timeout`` s.
+        """
+        from actors.state.providers import read_raw
+        from actors.state.savepoints import check_target, write_savepoint
+
+        check_target(path)
+        root = self.checkpoint_path
+        if root is None or self.conf.get("topology.state.provider") not in (None, "local"):
+            raise TopologyError(f"topology {self.name!r}: savepoints copy the local "
+                                f"provider's checkpoints, and this topology keeps none")
+        # (a topology that completed committed a checkpoint behind its last tuple)
+        if not self.wait(0) and not self._await_checkpoint(timeout):
+            raise TopologyError(f"topology {self.name!r}: no checkpoint committed within "
+                                f"{timeout:g} s, so no savepoint was taken")
+        state = read_raw(root)  # the last committed (it holds what came before the call)
+        return write_savepoint(path, self.name, state.checkpoint_id, dict(state),
+                               {c: list(t) for c, t in
+                                self.topology.component_tasks.items()})
 
     def _executor_actors(self) -> list:
         """Each executor actor once (a task chained into another's actor shares it)."""
@@ -468,7 +504,7 @@ class TopologyHandle:
             self._spout_hooks(lambda s: s.on_stop(), "on_stop")
         return done
 
-    def kill(self, wait_secs: float = 0) -> None:
+    def kill(self, wait_secs: float = 0, savepoint: str | None = None) -> None:
         """Stop every task (``close``/``cleanup`` are called), then free the actors, the
         placement groups and its stored copy in the GCS. Blocks up to 30 s for
         ``close``/``cleanup``; a handle from :func:`attach` frees the same.
@@ -478,9 +514,23 @@ class TopologyHandle:
                 many seconds (tuples in flight finish, acks arrive), then kill. A Spark
                 streaming spout's ``foreachBatch`` still waiting then raises, so Spark
                 commits nothing the topology did not deliver, and its query stops.
+            savepoint: Flink's stop-with-savepoint: deactivate the spouts, take a
+                savepoint at this path once a checkpoint after the last emit commits
+                (:meth:`savepoint`; sinks' transactions of that checkpoint included, and
+                published again at restore), then kill.
+
+        Raises:
+            SavepointError, TopologyError: the savepoint could not be taken (the
+                topology is left deactivated, not killed).
         """
         if self._killed:
             return
+        if savepoint is not None:
+            from actors.state.savepoints import check_target
+
+            check_target(savepoint)
+            self.deactivate()
+            self.savepoint(savepoint, timeout=max(wait_secs or 0, 120))
         if wait_secs and wait_secs > 0:
             self.deactivate()
             t0 = time.monotonic()

@@ -25,6 +25,10 @@ def _check_auth(address: str) -> None:
         check_token(address)
 
 
+#: the savepoint a submitted job's topologies start from (storm-on-ray submit --restore)
+RESTORE_ENV = "STORM_ON_RAY_RESTORE"
+
+
 class LocalCluster:
     """Storm's ``LocalCluster`` on Ray: starts an embedded Ray, or joins the running one.
 
@@ -83,33 +87,44 @@ class LocalCluster:
         self.topologies: dict[str, TopologyHandle] = {}
 
     def submit_topology(self, name: str, conf: dict | None, topology: StormTopology,
-                        detached: bool = False) -> TopologyHandle:
+                        detached: bool = False, restore_from: str | None = None,
+                        allow_non_restored_state: bool = False) -> TopologyHandle:
         """Start ``topology`` under ``name`` (Storm's argument order); returns its handle.
 
         ``detached=True``: the topology outlives this driver and :meth:`shutdown` leaves it
         running; stop it with ``handle.kill()`` or ``storm-on-ray kill NAME`` (see
-        ``cluster.submit``).
+        ``cluster.submit``). ``restore_from``: a savepoint to start from (see
+        ``cluster.submit``); when not given, the environment variable
+        ``STORM_ON_RAY_RESTORE`` is used if set (``storm-on-ray submit SCRIPT --restore
+        PATH`` sets it for the script).
 
         Raises:
             TopologyError: a topology of that name is running here, or invalid input.
             ConfigError: invalid config.
+            SavepointError: a savepoint the topology cannot start from.
         """
         if name in self.topologies:
             raise TopologyError(f"a topology named {name!r} is already running; kill it or "
                                 f"pick another name")
-        handle = submit(name, conf, topology, detached=detached)
+        if restore_from is None:
+            restore_from = os.environ.get(RESTORE_ENV) or None
+        handle = submit(name, conf, topology, detached=detached, restore_from=restore_from,
+                        allow_non_restored_state=allow_non_restored_state)
         self.topologies[name] = handle
         return handle
 
     def run(self, name: str, conf: dict | None, topology: StormTopology,
-            timeout: float | None = None) -> TopologyStats:
-        """Submit a finite topology, wait for it to complete, return its final stats.
+            timeout: float | None = None, restore_from: str | None = None,
+            allow_non_restored_state: bool = False) -> TopologyStats:
+        """Submit a finite topology, wait for it to complete, return its final stats
+        (``restore_from``: as :meth:`submit_topology`).
 
         Raises:
             TimeoutError: not complete within ``timeout`` s (the topology is killed).
             TopologyFailed: an executor died.
         """
-        handle = self.submit_topology(name, conf, topology)
+        handle = self.submit_topology(name, conf, topology, restore_from=restore_from,
+                                      allow_non_restored_state=allow_non_restored_state)
         try:
             if not handle.wait(timeout):
                 raise TimeoutError(f"topology {name!r} did not complete within {timeout} s; "

@@ -35,7 +35,9 @@ logger = logging.getLogger("storm_on_ray.cluster")
 
 
 def submit(name: str, conf: dict | None, topology: StormTopology,
-           ready_timeout: float = 120, detached: bool = False) -> TopologyHandle:
+           ready_timeout: float = 120, detached: bool = False,
+           restore_from: str | None = None,
+           allow_non_restored_state: bool = False) -> TopologyHandle:
     """Create the workers and executors of ``topology`` and start them; returns at once.
 
     The topology gets one placement group with one bundle per worker; a bundle is on one
@@ -60,16 +62,35 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
             target cannot be used (``TwoPhaseCommitSink.open_target``).
         ConfigError: invalid config.
         TimeoutError: Ray could not place the workers within ``ready_timeout`` s.
+        SavepointError (a ValueError): ``restore_from`` is not a savepoint this topology
+            can start from (missing, incomplete, another format version, a component
+            with state missing unless ``allow_non_restored_state``, another parallelism).
+
+    ``restore_from``: a savepoint's path (``handle.savepoint``): the topology starts from
+    its state (state, spout positions, persistent windows, sinks' pending commits) at the
+    same parallelism, and its checkpoint ids go on from the savepoint's; components new
+    since start empty.
     """
     p = plan(topology, conf)
+    savepoint = None
+    if restore_from is not None:
+        from actors.state import checkpointed
+        from actors.state.savepoints import check_restore, read_savepoint
+
+        savepoint = read_savepoint(restore_from)
+        if not checkpointed(p.topology, dict(p.conf)):
+            raise TopologyError(f"topology {name!r} keeps no state (no stateful bolt, "
+                                f"persistent window or two-phase-commit sink), so savepoint "
+                                f"{savepoint.path} has nothing to restore into")
+        check_restore(savepoint, p.topology, allow_non_restored_state)
     for spec in p.topology.components.values():  # sinks' targets, before anything starts
         if isinstance(spec.obj, TwoPhaseCommitSink):
             spec.obj.open_target()
-    return launch(p, name, ready_timeout, detached)
+    return launch(p, name, ready_timeout, detached, savepoint)
 
 
 def launch(p: TopologyPlan, name: str, ready_timeout: float = 120,
-           detached: bool = False) -> TopologyHandle:
+           detached: bool = False, savepoint=None) -> TopologyHandle:
     """Carry out plan ``p`` on Ray under ``name``: reserve the placement group (one bundle
     per :class:`~cluster._plan.WorkerPlan`), create each task's executor actor and, with
     several workers, each worker's transfer actor in its bundle, wire them and start them.
@@ -106,7 +127,7 @@ def launch(p: TopologyPlan, name: str, ready_timeout: float = 120,
     checkpoints = None
     if checkpointed(topology, conf):
         try:
-            checkpoints = _start_checkpoints(p, name, prefix, conf, pg, lifetime)
+            checkpoints = _start_checkpoints(p, name, prefix, conf, pg, lifetime, savepoint)
         except Exception:
             ray.util.remove_placement_group(pg)
             raise
@@ -183,11 +204,12 @@ def launch(p: TopologyPlan, name: str, ready_timeout: float = 120,
 
 
 def _start_checkpoints(p: TopologyPlan, name: str, prefix: str, conf: dict, pg,
-                       lifetime: str | None):
+                       lifetime: str | None, savepoint=None):
     """Create the checkpoint coordinator (actors/state) of a stateful topology, in the
     first worker's bundle, before the executors (which find it by name at start). The
     provider is opened here first, so a state directory that cannot be used is refused at
-    submit, with its path. ``conf`` gets the checkpoint directory it resolved.
+    submit, with its path, and seeded with ``savepoint`` (a ``Savepoint``) if given.
+    ``conf`` gets the checkpoint directory it resolved.
 
     Raises:
         StateDirError: the checkpoint directory is not writable or holds another
@@ -198,8 +220,15 @@ def _start_checkpoints(p: TopologyPlan, name: str, prefix: str, conf: dict, pg,
 
     if conf["topology.state.checkpoint.dir"] is None:
         conf["topology.state.checkpoint.dir"] = default_checkpoint_dir()
-    make_provider(conf, name, prefix).checkpoint_log()  # refuses a bad directory
+    provider = make_provider(conf, name, prefix)
+    provider.checkpoint_log()  # refuses a bad directory
     topology = p.topology
+    if savepoint is not None:  # the tasks and the coordinator start from its checkpoint
+        from actors.state import keyed_state
+        from actors.state.savepoints import seed_provider
+
+        seed_provider(provider, savepoint, topology,
+                      lambda c, t: keyed_state(topology, c, t, conf)[0])
     hosts = p.chain_hosts
     tasks = {t: hosts.get(t, t) for t in p.task_worker}
     return checkpoint_coordinator_class().options(

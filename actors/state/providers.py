@@ -224,9 +224,8 @@ def _task_files(root: str, component_dir: str | None) -> dict[str, dict[int, str
 
 
 def _read_at(files: dict[str, dict[int, str]], checkpoint_id: int) -> dict:
-    from actors._codec import decode_key, decode_value
-    from actors.state._internals import INTERNAL_PREFIX
-
+    """``{component: {task: {key bytes: value bytes}}}`` as of ``checkpoint_id``, raw
+    (runtime-internal entries included)."""
     out: dict = {}
     for component, tasks in files.items():
         out[component] = {}
@@ -237,14 +236,38 @@ def _read_at(files: dict[str, dict[int, str]], checkpoint_id: int) -> dict:
                 return _state_at(con, checkpoint_id, base, None)
 
             try:
-                raw = _read_only(db, read)
+                out[component][task] = _read_only(db, read)
             except sqlite3.OperationalError:
                 raise
             except sqlite3.DatabaseError as e:
                 raise CorruptCheckpoint(db, checkpoint_id, str(e)) from None
-            out[component][task] = {decode_key(k): decode_value(v) for k, v in raw.items()
-                                    if not k.startswith(INTERNAL_PREFIX)}  # (windows)
     return out
+
+
+def read_raw(path: str, checkpoint_id: int | None = None) -> StateSnapshot:
+    """As :func:`read_state`, with keys and values as stored (codec bytes, the
+    runtime-internal entries of persistent windows and sinks included): what a savepoint
+    copies. Same arguments, result shape and errors."""
+    root, component_dir = _locate(path)
+    files = _task_files(root, component_dir)
+    candidates = ([checkpoint_id] if checkpoint_id is not None
+                  else list(reversed(committed_checkpoints(root))))
+    state: dict | None = None
+    used: int | None = None
+    if not candidates:
+        state = {c: {t: {} for t in tasks} for c, tasks in files.items()}
+    for i, ckpt in enumerate(candidates):
+        try:
+            state, used = _read_at(files, ckpt), ckpt
+            break
+        except CorruptCheckpoint as e:
+            if i + 1 == len(candidates):
+                raise
+            log.warning("%s; reading committed checkpoint %d instead", e, candidates[i + 1])
+    snapshot = StateSnapshot(state[_component_name(component_dir)] if component_dir
+                             else state)
+    snapshot.checkpoint_id = used
+    return snapshot
 
 
 def read_state(path: str, checkpoint_id: int | None = None) -> StateSnapshot:
@@ -264,25 +287,17 @@ def read_state(path: str, checkpoint_id: int | None = None) -> StateSnapshot:
         FileNotFoundError: ``path`` is not a submit's or component's state directory.
         CorruptCheckpoint: the asked checkpoint (or every committed one) fails its check.
     """
-    root, component_dir = _locate(path)
-    files = _task_files(root, component_dir)
-    if checkpoint_id is not None:
-        candidates = [checkpoint_id]
-    else:
-        candidates = list(reversed(committed_checkpoints(root)))
-    state: dict | None = None
-    used: int | None = None
-    if not candidates:
-        state = {c: {t: {} for t in tasks} for c, tasks in files.items()}
-    for i, ckpt in enumerate(candidates):
-        try:
-            state, used = _read_at(files, ckpt), ckpt
-            break
-        except CorruptCheckpoint as e:
-            if i + 1 == len(candidates):
-                raise
-            log.warning("%s; reading committed checkpoint %d instead", e, candidates[i + 1])
-    snapshot = StateSnapshot(state[_component_name(component_dir)] if component_dir
-                             else state)
-    snapshot.checkpoint_id = used
+    from actors._codec import decode_key, decode_value
+    from actors.state._internals import INTERNAL_PREFIX
+
+    raw = read_raw(path, checkpoint_id)
+
+    def decoded(entries: dict) -> dict:
+        return {decode_key(k): decode_value(v) for k, v in entries.items()
+                if not k.startswith(INTERNAL_PREFIX)}  # (windows', sinks' entries)
+    _, component_dir = _locate(path)
+    snapshot = StateSnapshot({t: decoded(e) for t, e in raw.items()} if component_dir else
+                             {c: {t: decoded(e) for t, e in tasks.items()}
+                              for c, tasks in raw.items()})
+    snapshot.checkpoint_id = raw.checkpoint_id
     return snapshot
