@@ -84,16 +84,27 @@ class TopologyHandle:
     def state(self, checkpoint_id: int | None = None) -> dict:
         """The checkpointed state as of the last committed checkpoint (or
         ``checkpoint_id``): ``{component: {task: {key: value}}}``, read from the local
-        provider's files (``read_state``; this machine's), never from the running tasks.
-        Blocks for the read.
+        provider's files (``read_state``; this machine's) or from Redis, never from the
+        running tasks. Blocks for the reads.
 
         Raises:
-            ValueError: a topology without state, or a provider other than ``local``.
+            ValueError: a topology without state, or a provider other than ``local`` or
+                ``redis``.
         """
+        provider = (self.conf or {}).get("topology.state.provider")
+        if provider == "redis" and self._checkpoint_coordinator() is not None:
+            from actors.state.providers import make_provider
+
+            p = make_provider(dict(self.conf), self.name, self.prefix)
+            try:
+                return p.read_state(checkpoint_id)
+            finally:
+                p.close()
         path = self.checkpoint_path
-        if path is None or self.conf.get("topology.state.provider") not in (None, "local"):
-            raise ValueError(f"topology {self.name!r} keeps no local checkpoints "
-                             f"(no stateful bolt, or topology.state.provider is not local)")
+        if path is None or provider not in (None, "local"):
+            raise ValueError(f"topology {self.name!r} keeps no checkpoints this can read "
+                             f"(no stateful component, or topology.state.provider is "
+                             f"neither local nor redis)")
         from actors.state.providers import read_state
 
         return read_state(path, checkpoint_id)

@@ -195,9 +195,11 @@ def launch(p: TopologyPlan, name: str, ready_timeout: float = 120,
         handle.kill()
         raise
     if checkpoints is not None:
-        logger.info("topology %r: checkpoints every %d ms under %s", name,
-                    conf["topology.state.checkpoint.interval.ms"],
-                    conf["topology.state.checkpoint.dir"])
+        provider = conf["topology.state.provider"] or "local"
+        logger.info("topology %r: checkpoints every %d ms, provider %s%s", name,
+                    conf["topology.state.checkpoint.interval.ms"], provider,
+                    f" under {conf['topology.state.checkpoint.dir']}"
+                    if provider == "local" else "")
     logger.info("topology %r started: %d tasks in %d executor(s) in %d worker(s)", name,
                 topology.num_tasks, len(own), len(p.workers))
     return handle

@@ -388,7 +388,7 @@ def test_make_provider_choices(tmp_path):
 
 
 @pytest.mark.parametrize("conf,match", [
-    ({"topology.state.provider": "redis"}, r"topology\.state\.provider.*\"local\""),
+    ({"topology.state.provider": "cassandra"}, r"topology\.state\.provider.*\"local\""),
     ({"topology.state.provider": f"{__name__}:_NotAProvider"}, "not a StateProvider"),
     ({"topology.state.provider": "no_such_module:Thing"}, "cannot load"),
     ({"topology.state.provider": f"{__name__}:Missing"}, "cannot load"),

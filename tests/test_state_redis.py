@@ -375,6 +375,7 @@ def test_stateful_word_count_on_redis_is_exact_after_tasks_are_killed(cluster, n
             _kill_and_wait(handle, victim)
         assert handle.wait(120), "the topology did not complete"
         assert merged_counts(provider.read_state()["count"]) == collections.Counter(data)
+        assert merged_counts(handle.state()["count"]) == collections.Counter(data)
         assert handle.checkpoint_stats()["rollbacks"] >= 2
     finally:
         cluster.kill_topology(name)

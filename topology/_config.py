@@ -323,7 +323,9 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("topology.state.provider", (str,), None,
               "Storm's key. Where stateful components keep their checkpoints: \"local\" "
               "(null means it too) is embedded and durable across an executor's death, under "
-              "topology.state.checkpoint.dir; \"memory\" is lost with the process (tests). "
+              "topology.state.checkpoint.dir; \"redis\" keeps them in one Redis server "
+              "(topology.state.provider.config: host, port, password...), so they survive "
+              "the loss of a node; \"memory\" is lost with the process (tests). "
               "A class path (module:Class or module.Class) names a StateProvider of your "
               "own (docs/state.md).", nullable=True),
     ConfigKey("topology.state.provider.config", (dict, str), None,

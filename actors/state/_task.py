@@ -339,7 +339,10 @@ class TaskCheckpoint:
                     self.core.errors.report(e, f"commit of checkpoint {checkpoint_id}")
                     self.failed(f"commit of checkpoint {checkpoint_id} failed: {e}")
             if prev is not None:
-                self.store.collect(prev)
+                try:
+                    self.store.collect(prev)
+                except Exception as e:  # (a full disk): the data stays, the task goes on
+                    self.core.errors.report(e, f"collection after checkpoint {checkpoint_id}")
         if self.is_spout:
             self._ack_rounds(checkpoint_id)
 
