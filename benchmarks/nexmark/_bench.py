@@ -70,6 +70,7 @@ def _query_row(throughput: QueryRun, paced: QueryRun, checked: str) -> dict:
         "events_per_cpu_s": round(throughput.events_per_cpu_s),
         "machine_cpu_s": round(throughput.machine_cpu_s, 2),
         "machine_cores_busy": round(throughput.machine_cpu_s / throughput.seconds, 2),
+        "load_1m": [round(x, 2) for x in throughput.load_1m],
         "check": checked,
         "latency": {
             "paced_events_per_s": round(paced.paced_events_per_s),
@@ -79,6 +80,7 @@ def _query_row(throughput: QueryRun, paced: QueryRun, checked: str) -> dict:
             "samples": len(lat),
             "p50_ms": round(quantile(lat, 0.50), 2) if lat else None,
             "p99_ms": round(quantile(lat, 0.99), 2) if lat else None,
+            "load_1m": [round(x, 2) for x in paced.load_1m],
         },
         "flink_1_13_events_per_core_s": flink,
         "events_per_cpu_s_vs_flink_per_core": round(throughput.events_per_cpu_s / flink, 4),
@@ -94,6 +96,10 @@ def summary_line(result: dict) -> str:
     return " ".join(parts)
 
 
+def _ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f}"
+
+
 def markdown(result: dict) -> str:
     """The bench section of docs/nexmark.md."""
     m, lat_events = result["machine"], {r["latency"]["events"] for r in
@@ -105,23 +111,26 @@ def markdown(result: dict) -> str:
         f"{m['cpus']} cores shared with other work, Python {m['python']}, Ray {m['ray']}. "
         f"Results in `benchmarks/results/nexmark.json`.",
         "",
-        "| query | events/s | events per CPU-s | CPU-s (topology + driver) | machine "
-        "cores busy | p50 / p99 latency at 50% pace | Flink 1.13 events/s per core | "
-        "ours per CPU-s / Flink's per core | result rows | DuckDB check |",
+        "| query | events/s | events per CPU-s | CPU-s: topology + driver / whole machine "
+        "| load avg, 1 min (start → end) | latency p50 / p99 at 50% pace | Flink 1.13 "
+        "events/s per core | ours per CPU-s / Flink's per core | result rows | DuckDB check |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for q, r in result["queries"].items():
         lat = r["latency"]
         lines.append(
             f"| {q} {r['title']} | {r['events_per_s']:,} | {r['events_per_cpu_s']:,} | "
-            f"{r['cpu_s']:.1f} | {r['machine_cores_busy']:.2f} | {lat['p50_ms']} / "
-            f"{lat['p99_ms']} ms | {r['flink_1_13_events_per_core_s']:,} | "
+            f"{r['cpu_s']:.1f} / {r['machine_cpu_s']:.1f} | {r['load_1m'][0]:.1f} → "
+            f"{r['load_1m'][1]:.1f} | {_ms(lat['p50_ms'])} / {_ms(lat['p99_ms'])} ms | "
+            f"{r['flink_1_13_events_per_core_s']:,} | "
             f"{r['events_per_cpu_s_vs_flink_per_core']:.3f} | {r['rows']:,} | {r['check']} |")
     g = result["generator"]
     lines += [
         "",
         f"The generator alone (one task, in the driver, no topology): "
-        f"{g['events_per_s']:,} events/s over {g['events']:,} events; q0 cannot beat it.",
+        f"{g['events_per_s']:,} events/s over {g['events']:,} events; q0 cannot beat it"
+        + (f", and reached {result['queries']['q0']['events_per_s'] / g['events_per_s']:.0%}"
+           f" of it." if "q0" in result["queries"] else "."),
         f"Latency runs: the spout paced at {PACE_SHARE:.0%} of each query's rate above, "
         f"{', '.join(f'{n:,}' for n in sorted(lat_events))} events; measured at the sink "
         f"(q4: where a bid takes effect, its result exists only at the end).",

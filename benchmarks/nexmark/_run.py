@@ -36,6 +36,8 @@ class QueryRun:
         latencies_ms: per tuple, wall-clock ms from the spout's emit to the query's
             measuring point (:attr:`Query.latency_component`).
         paced_events_per_s: the spout's pace, None when unpaced.
+        load_1m: the machine's 1-minute load average at the start and at the end (other
+            work on a shared machine shows here and in ``machine_cpu_s``).
     """
 
     query: str
@@ -47,6 +49,7 @@ class QueryRun:
     machine_cpu_s: float
     latencies_ms: array = field(repr=False)
     paced_events_per_s: float | None = None
+    load_1m: tuple[float, float] = (0.0, 0.0)
 
     @property
     def events_per_s(self) -> float:
@@ -74,13 +77,16 @@ def _cpu_s(processes: list[psutil.Process]) -> float:
     return total
 
 
-def _coordinator_processes() -> list[psutil.Process]:
-    """The checkpoint coordinators' processes (Ray names a worker process after its actor
-    class: ``ray::CheckpointCoordinator``); the coordinator has no ``pid`` call."""
+def _coordinator_processes(raylets: set[int]) -> list[psutil.Process]:
+    """The checkpoint coordinators' processes under the raylets ``raylets`` (Ray names a
+    worker process after its actor class, ``ray::CheckpointCoordinator``, and starts it
+    from its node's raylet): the coordinator has no ``pid`` call. Another Ray on this
+    machine has other raylets."""
     found = []
-    for p in psutil.process_iter(["cmdline"]):
+    for p in psutil.process_iter(["cmdline", "ppid"]):
         cmd = p.info["cmdline"] or []
-        if cmd and cmd[0].startswith("ray::CheckpointCoordinator"):
+        if (cmd and cmd[0].startswith("ray::CheckpointCoordinator")
+                and p.info["ppid"] in raylets):
             found.append(p)
     return found
 
@@ -95,7 +101,7 @@ def topology_processes(handle) -> list[psutil.Process]:
     pids = set(ray.get([a.pid.remote() for a in actors.values()], timeout=60))
     procs = [psutil.Process(pid) for pid in sorted(pids)]
     if handle.checkpoints is not None:
-        procs += _coordinator_processes()
+        procs += _coordinator_processes({p.ppid() for p in procs})
     return procs + [psutil.Process(os.getpid())]
 
 
@@ -122,7 +128,7 @@ def run_query(cluster, query: str, config: GeneratorConfig, out: str, parallelis
     name = name or f"nexmark-{query}"
     topology = q.build(config, out, parallelism, events_per_s)
     conf = {"topology.acker.executors": 0, **(conf or {})}
-    wall0 = time.perf_counter()
+    wall0, load0 = time.perf_counter(), os.getloadavg()[0]
     handle = cluster.submit_topology(name, conf, topology)
     try:
         procs = topology_processes(handle)
@@ -142,4 +148,5 @@ def run_query(cluster, query: str, config: GeneratorConfig, out: str, parallelis
     finally:
         cluster.kill_topology(name)
     return QueryRun(query, config.events, rows, max(sink.values()) - min(started), wall_s,
-                    cpu_s, machine_cpu_s, latencies, events_per_s)
+                    cpu_s, machine_cpu_s, latencies, events_per_s,
+                    (load0, os.getloadavg()[0]))
