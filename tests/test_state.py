@@ -195,6 +195,31 @@ def test_coordinator_commits_resumes_and_ends():
     assert trigger.args == (gen, 4)  # round 3 was aborted: its id is not reused
 
 
+def test_a_failure_that_repeats_resumes_later_each_time_until_a_round_completes():
+    """Flink's exponential-delay restart strategy: the first rollback resumes at once, the
+    second after 0.1 s, the third after 0.2 s; a completed round resets it."""
+    c = CoordinatorCore(MemoryProvider().checkpoint_log(), [1, 2], [2], 1.0, 5.0, 0.0, 0.0)
+    now = 0.0
+    for delay in (0.0, 0.1, 0.2):
+        (rollback,) = c.failed(1, "commit failed", now)
+        gen = rollback.args[0]
+        assert c.paused(1, gen, now) == []
+        resumed = c.paused(2, gen, now)
+        if delay:
+            assert resumed == [] and c.tick(now + delay / 2) == []
+            (resume,) = c.tick(now + delay)
+        else:
+            (resume,) = resumed
+        assert resume.kind == "resume"
+        now += delay + 0.01
+    (trigger,) = c.tick(now + 1.0)
+    c.prepared(1, trigger.args[1], trigger.args[0], now + 1.1)
+    assert c.prepared(2, trigger.args[1], trigger.args[0], now + 1.1)[0].kind == "commit"
+    (rollback,) = c.failed(1, "again", now + 2)
+    c.paused(1, rollback.args[0], now + 2)
+    assert c.paused(2, rollback.args[0], now + 2)[0].kind == "resume"  # reset: at once
+
+
 # -- alignment ---------------------------------------------------------------------------------
 
 

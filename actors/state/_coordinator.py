@@ -48,6 +48,21 @@ class Action(NamedTuple):
     args: tuple
 
 
+#: the resume after the second rollback in a row waits this long, doubling with each
+#: further one up to RESTART_DELAY_MAX_S; the first resumes at once
+RESTART_DELAY_INITIAL_S = 0.1
+RESTART_DELAY_MAX_S = 10.0
+
+
+def restart_delay_s(rollbacks_in_a_row: int) -> float:
+    """How long the resume after the ``n``-th rollback since the last completed round
+    waits (seconds): 0 for the first, then 0.1, 0.2, 0.4 ... at most 10 (Flink's
+    exponential-delay restart strategy, with our bounds)."""
+    if rollbacks_in_a_row <= 1:
+        return 0.0
+    return min(RESTART_DELAY_INITIAL_S * 2 ** (rollbacks_in_a_row - 2), RESTART_DELAY_MAX_S)
+
+
 class CoordinatorCore:
     """The round state machine (one thread: the actor's).
 
@@ -90,6 +105,11 @@ class CoordinatorCore:
         self.failed_rounds = 0
         self.last_duration_s: float | None = None
         self._recover = restarted or phase == PREPARING
+        #: rollbacks since the last completed round, and when the current one may resume
+        #: (Flink's exponential-delay restart strategy: a failure that repeats, a sink
+        #: that cannot publish, does not spin)
+        self.rollbacks_in_a_row = 0
+        self.resume_at = 0.0
 
     @property
     def last_committed(self) -> int | None:
@@ -118,7 +138,7 @@ class CoordinatorCore:
         """Start a round when one is due (not if the log cannot record it: it is tried
         again an interval later); fail a round past its deadline."""
         if self.waiting is not None:
-            return []
+            return self._maybe_resume(now)  # (a delayed resume)
         if self.round is not None:
             if now - self.round_started > self.timeout_s:
                 self.failed_rounds += 1
@@ -162,6 +182,7 @@ class CoordinatorCore:
         self.committed = (self.committed + [cid])[-2:]
         self.round = None
         self.completed += 1
+        self.rollbacks_in_a_row = 0
         self.last_duration_s = now - self.round_started
         self.next_due = max(self.round_started + self.interval_s, now + self.min_pause_s)
         return [Action("commit", self.live(), (cid,))]
@@ -188,7 +209,7 @@ class CoordinatorCore:
         return self._maybe_resume(now)
 
     def _maybe_resume(self, now: float) -> list[Action]:
-        if self.waiting is None or self.waiting - self.finished:
+        if self.waiting is None or self.waiting - self.finished or now < self.resume_at:
             return []
         self.waiting = None
         self.next_due = now + self.min_pause_s
@@ -212,6 +233,8 @@ class CoordinatorCore:
         self.round = None
         self.gen = max(time.time_ns(), self.gen + 1)
         self.rollbacks += 1
+        self.rollbacks_in_a_row += 1
+        self.resume_at = now + restart_delay_s(self.rollbacks_in_a_row)
         self.waiting = set(self._all_live())
         logger.warning("rolling back to checkpoint %s (generation %d): %s",
                        self.last_committed, self.gen, why)
@@ -231,6 +254,7 @@ class CoordinatorCore:
                 "generation": self.gen, "rolling_back": self.waiting is not None,
                 "completed": self.completed, "rollbacks": self.rollbacks,
                 "failed_rounds": self.failed_rounds, "ended_tasks": sorted(self.finished),
+                "rollbacks_in_a_row": self.rollbacks_in_a_row,
                 "last_duration_ms": (None if self.last_duration_s is None
                                      else round(self.last_duration_s * 1000, 3))}
 
