@@ -20,10 +20,11 @@ Streaming into event-time windows, checked against Spark SQL at the end.
    ``hourly`` computes tumbling one-hour windows and ``three_hourly`` three-hour windows
    sliding by one hour (flights, cancellations = no ``dep_time``, mean departure delay;
    examples/flights_windows.py's bolt, plus the airport's name), with a watermark lag of
-   ``--lag-hours`` and a late stream. ``out`` writes each window as it closes
-   (``windows.jsonl``), the late rows (``late.jsonl``) and the malformed lines
-   (``malformed.jsonl``). A progress line shows the landing, Spark, the hand-off and the
-   windows while it runs.
+   ``--lag-hours`` and a late stream. ``windows`` writes each window as it closes through
+   a ``ParquetSink`` into ``<out>/windows/``, exactly once (its files are moved in when
+   the checkpoint after their windows commits); ``out`` writes the late rows
+   (``late.jsonl``) and the malformed lines (``malformed.jsonl``). A progress line shows
+   the landing, Spark, the hand-off and the windows while it runs.
 4. **End and check.** Once Spark has read every landed file the job drains the topology
    (``handle.drain()``: no new micro-batch, the open windows fire) and checks itself in
    Spark: every landed line reached the topology once and none failed; the malformed
@@ -65,7 +66,7 @@ from flights import data_dir, flights_csv
 from flights_windows import KINDS, WINDOW_FIELDS, OriginWindows, Run, check
 
 from cluster import LocalCluster, start_spark, stop_spark
-from topology import Bolt, Duration, StreamingDataFrameSpout, TopologyBuilder
+from topology import Bolt, Duration, ParquetSink, StreamingDataFrameSpout, TopologyBuilder
 
 #: the landed files' columns: flights.csv's, with the row's number in it first
 CSV_COLUMNS = ("flight_id", "year", "month", "day", "dep_time", "sched_dep_time",
@@ -87,6 +88,16 @@ SPOUT_FIELDS = ("flight_id", "origin", "origin_name", "carrier", "carrier_name",
                 "time_hour", "dep_time", "dep_delay", "landing_seq", "_corrupt")
 FLIGHT_FIELDS = SPOUT_FIELDS[:-1]
 LIVE_WINDOW_FIELDS = (*WINDOW_FIELDS, "origin_name")
+
+
+def WINDOWS_SCHEMA():  # noqa: N802 (a constant, built on use: pyarrow imports late)
+    """The Arrow schema of the windows' Parquet dataset (LIVE_WINDOW_FIELDS): fixed, so a
+    file whose windows all lack a mean delay still types it as a double."""
+    import pyarrow as pa
+
+    types = (pa.string(), pa.string(), pa.int64(), pa.int64(), pa.int64(), pa.int64(),
+             pa.int64(), pa.float64(), pa.string())
+    return pa.schema(list(zip(LIVE_WINDOW_FIELDS, types, strict=True)))
 # A micro-batch reads at most this many day files (about 900 flights each): a few thousand
 # rows, large enough for RayDP's per-micro-batch cost (docs/spark-streaming.md), small
 # enough that the hand-off, and what Spark reads ahead of the topology, stay small.
@@ -292,10 +303,10 @@ class NamedOriginWindows(OriginWindows):
 
 
 class Out(Bolt):
-    """Writes, one JSON object a line as they arrive: each closed window to
-    ``windows.jsonl`` (with ``written_ms``, epoch ms), each late row to ``late.jsonl``
+    """Writes, one JSON object a line as they arrive: each late row to ``late.jsonl``
     (``kind``, ``flight_id``, ``landing_seq``) and each malformed line to
-    ``malformed.jsonl``. Line-buffered: a line is in the file once ``execute`` returns."""
+    ``malformed.jsonl``. Line-buffered: a line is in the file once ``execute`` returns.
+    (The closed windows go to a ``ParquetSink``, exactly once.)"""
 
     def __init__(self, out_dir: str, kinds: dict[str, str]) -> None:
         self.out_dir = out_dir
@@ -303,19 +314,17 @@ class Out(Bolt):
 
     def prepare(self, conf, context, collector):
         self.files = {k: open(os.path.join(self.out_dir, f"{k}.jsonl"), "a", buffering=1)
-                      for k in ("windows", "late", "malformed")}
+                      for k in ("late", "malformed")}
         self.id_i, self.seq_i = FLIGHT_FIELDS.index("flight_id"), FLIGHT_FIELDS.index(
             "landing_seq")
 
     def execute(self, tup):
         if tup.source_stream == "malformed":
             rec, to = {"landing_seq": tup["landing_seq"], "line": tup["line"]}, "malformed"
-        elif tup.source_stream == "late":
+        else:
             v = tup["values"]
             rec, to = {"kind": self.kinds[tup.source_component], "flight_id": v[self.id_i],
                        "landing_seq": v[self.seq_i]}, "late"
-        else:
-            rec, to = {**tup.as_dict(), "written_ms": time.time() * 1000}, "windows"
         self.files[to].write(json.dumps(rec) + "\n")
 
     def cleanup(self):
@@ -335,6 +344,8 @@ def build(df, out_dir: Path, lag_hours: float, screen: Bolt | None = None,
     out = b.set_bolt("out", Out(str(out_dir), {k.component: kind
                                                for kind, k in KINDS.items()}))
     out.global_grouping("screen", "malformed")
+    windows_out = b.set_bolt("windows", ParquetSink(str(out_dir / "windows"),
+                                                    schema=WINDOWS_SCHEMA()))
     for kind, k in KINDS.items():
         bolt = (NamedOriginWindows(kind)
                 .with_timestamp_field("time_hour")
@@ -346,7 +357,8 @@ def build(df, out_dir: Path, lag_hours: float, screen: Bolt | None = None,
         else:
             bolt.with_window(Duration.hours(k.hours), Duration.hours(k.slide_hours))
         b.set_bolt(k.component, bolt, 2).fields_grouping("screen", ["origin"])
-        out.global_grouping(k.component).global_grouping(k.component, "late")
+        out.global_grouping(k.component, "late")
+        windows_out.global_grouping(k.component)
     return b.create_topology(), spout
 
 
@@ -422,8 +434,9 @@ def start(cluster, spark, out: Path, files: list[DayFile], interval_s: float,
     for sub in ("landing", "staging", "checkpoint"):
         shutil.rmtree(out / sub, ignore_errors=True)
         (out / sub).mkdir(parents=True)
-    for k in ("windows", "late", "malformed"):
+    for k in ("late", "malformed"):
         (out / f"{k}.jsonl").unlink(missing_ok=True)
+    shutil.rmtree(out / "windows", ignore_errors=True)
     register_for_workers()
     topology, spout = build(streaming_frame(spark, out / "landing", max_files), out.resolve(),
                             lag_hours, screen)
@@ -507,11 +520,13 @@ def run_check(spark, live: Live, stats, lag_hours: float, late_expected: bool
     if n_good != n_flights:
         failures.append(f"Spark reads {n_good:,} flights in the landed files, "
                         f"{n_flights:,} were written")
-    windows = (spark.read.schema(", ".join(
-        f"{c} {t}" for c, t in zip(WINDOW_FIELDS, ("STRING", "STRING", "LONG", "LONG",
-                                                   "LONG", "LONG", "LONG", "DOUBLE"),
-                                   strict=True)))
-               .json(str(live.out / "windows.jsonl")))
+    # the windows as the ParquetSink committed them (Spark skips its _staging directory)
+    windows = spark.read.parquet(str(live.out / "windows")).select(*WINDOW_FIELDS)
+    n_rows = windows.count()
+    n_distinct = windows.select("kind", "origin", "start_ms").distinct().count()
+    if n_rows != n_distinct:
+        failures.append(f"the Parquet windows hold {n_rows - n_distinct:,} duplicate "
+                        f"windows ({n_rows:,} rows, {n_distinct:,} distinct)")
     late_ids = (spark.read.schema("kind STRING, flight_id LONG")
                 .json(str(live.out / "late.jsonl")) if (live.out / "late.jsonl").exists()
                 else spark.createDataFrame([], "kind string, flight_id long"))
@@ -589,7 +604,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{fig['windows'][kind]:,} origin-windows, {fig['late'][kind]:,} late rows")
         print(f"  late rows from the {sum(f.late for f in files)} days landed late: "
               f"{fig['late_from_late_days']:,} of "
-              f"{sum(fig['late'].values()):,}; outputs in {out}/*.jsonl")
+              f"{sum(fig['late'].values()):,}; windows in {out}/windows/ (Parquet), the "
+              f"rest in {out}/*.jsonl")
         if failures:
             print("CHECK FAILED:")
             for f in failures:
@@ -600,8 +616,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{fig['malformed']} malformed lines counted); windows plus late rows account "
               f"for every flight ({l1:,} late hourly, {l3:,} late three-hourly); the "
               f"{fig['windows']['1h']:,} hourly and {fig['windows']['3h']:,} three-hour "
-              f"windows per origin equal Spark SQL's window() aggregation of the landed "
-              f"files less the late rows")
+              f"windows per origin, read back from the ParquetSink's dataset, each once, "
+              f"equal Spark SQL's window() aggregation of the landed files less the late "
+              f"rows")
         return 0
     finally:
         stop_spark()
