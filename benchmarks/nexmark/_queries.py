@@ -3,7 +3,7 @@ events inside the topology.
 
 Each query reads the streams ``person``, ``auction`` and ``bid`` of one spout
 (:class:`NexmarkSpout`: the generator runs in the spout's tasks, which split the event ids)
-and ends in one :class:`ParquetSink` task writing the result's columns, in order:
+and ends in one :class:`ResultFileSink` task writing the result's columns, in order:
 
 ========  =============================================  ====================================
 query     what (Beam's Nexmark names)                    topology
@@ -328,12 +328,17 @@ class CategoryAverage(StatefulBolt):
             self._emit((category, total["sum"] / total["count"]))
 
 
-class ParquetSink(BatchBolt):
+class ResultFileSink(BatchBolt):
     """Writes the tuples it receives to one Parquet file: the columns ``columns`` (name,
     Arrow type name), taken by name from each tuple, in order. Written to
     ``<path>.partial`` a row group at a time and renamed to ``path`` at the end of the
     stream (``finish``), so the file exists only once complete. Run it as one task: two
     tasks would write the same file.
+
+    Not ``topology.ParquetSink``: that one publishes a dataset directory with each
+    checkpoint (exactly-once output, visible up to a checkpoint interval later, and it
+    turns checkpoints on). A Nexmark result is one file, complete at the end of the
+    stream, and its latency is taken where the sink receives a tuple.
 
     With ``latency=True`` it keeps, per tuple, the wall-clock ms from the tuple's
     ``emitTime`` to the sink taking the batch that holds it, in ``latencies_ms``.
@@ -373,7 +378,7 @@ class ParquetSink(BatchBolt):
             names = list(fields)
             missing = [n for n, _ in self.columns if n not in names]
             if missing:
-                raise KeyError(f"ParquetSink needs fields {missing}; the stream has {names}")
+                raise KeyError(f"ResultFileSink needs fields {missing}; the stream has {names}")
             stamp = names.index(EMIT_TIME) if self.latency and EMIT_TIME in names else None
             found = self._index[fields] = ([names.index(n) for n, _ in self.columns], stamp)
         return found
@@ -422,7 +427,7 @@ class Query:
         spout and query bolts with ``parallelism`` tasks each, one sink task."""
         b = TopologyBuilder()
         b.set_spout("events", NexmarkSpout(config, self.kinds, events_per_s), parallelism)
-        sink = ParquetSink(out, RESULT_COLUMNS[self.name], latency=self.name != "q4")
+        sink = ResultFileSink(out, RESULT_COLUMNS[self.name], latency=self.name != "q4")
         if self.name == "q0":
             b.set_bolt("sink", sink).global_grouping("events", "bid")
         elif self.name in ("q1", "q2"):
