@@ -90,6 +90,10 @@ QUEUES_ON_PATH = 2
 DEBLOAT_SLACK_S = 1.0
 #: coordinator polling period (s)
 POLL_S = 0.05
+#: a cell measures what it means to only if the rate that defines it was kept: under
+#: backpressure the paced sink at this fraction of its pace at least (else the host, not
+#: the sink, was the bottleneck), idle the spout (else something held it)
+PREMISE_FRACTION = 0.9
 COLORS = {"storm2": "#1f77b4", "watermark": "#d62728", "nak": "#2ca02c",
           "debloat": "#9467bd"}
 
@@ -370,7 +374,10 @@ def checkpoint_cell(cluster, policy: str, loaded: bool, args, ckpt_dir: str, rou
         xs = [r[key] for r in samples if r.get(key) is not None]
         return round(statistics.median(xs), 1) if xs else None
 
-    return {"policy": policy, "loaded": loaded, "sink_rate_target": sink_rate,
+    kept = med("sink_rate" if loaded else "spout_rate")
+    premise = kept is not None and kept >= PREMISE_FRACTION * (sink_rate or args.bp_rate)
+    return {"policy": policy, "loaded": loaded, "premise_held": premise,
+            "sink_rate_target": sink_rate,
             "durations_ms": [round(d, 1) for d in durations], "missed_rounds": missed,
             "rollbacks": ck["rollbacks"], "failed_rounds": ck["failed_rounds"],
             "errors": errors, "spout_rate_median": med("spout_rate"),
@@ -406,6 +413,7 @@ def checkpoint_durations(cluster, args, ckpt_dir: str) -> dict:
                       f"/s sink {c['sink_rate_median']}/s queued {c['queued_count_median']}+"
                       f"{c['queued_sink_median']}; debloat bounds {c['bound_count_median']}/"
                       f"{c['bound_sink_median']}; rollbacks {c['rollbacks']} "
+                      f"{'' if c['premise_held'] else 'PREMISE NOT HELD (a busy host?) '}"
                       f"{'; '.join(c['errors'])}", flush=True)
     summary: dict[str, dict] = {}
     for policy in POLICIES:
@@ -415,6 +423,7 @@ def checkpoint_durations(cluster, args, ckpt_dir: str) -> dict:
             key = f"{policy}_{'bp' if loaded else 'idle'}"
             summary[key] = {
                 "rounds": len(d),
+                "premise_held": all(c["premise_held"] for c in mine),
                 "p50_ms": round(quantile(d, 0.5), 1) if d else None,
                 "p99_ms": round(quantile(d, 0.99), 1) if d else None,
                 "max_ms": round(max(d), 1) if d else None,
@@ -444,7 +453,8 @@ def checkpoint_durations(cluster, args, ckpt_dir: str) -> dict:
              "within_half_of_storm2": deb["p99_vs_storm2"] is not None
              and deb["p99_vs_storm2"] <= 0.5}
     check["held"] = check["within_bound"] and check["within_half_of_storm2"]
-    return {"cells": cells, "summary": summary, "debloat_check": check}
+    return {"cells": cells, "summary": summary, "debloat_check": check,
+            "premise_held": all(c["premise_held"] for c in cells)}
 
 
 def _median(xs) -> float | None:
@@ -670,6 +680,10 @@ def main() -> None:
               f"({d['queues_on_path']} queues x {d['debloat_target_ms']:g} ms + "
               f"{DEBLOAT_SLACK_S:g} s): {d['within_bound']}; <= 0.5 x storm2's p99 "
               f"({fmt(d['storm2_p99_ms'], '.0f')} ms): {d['within_half_of_storm2']}")
+        if not cp["premise_held"]:
+            print("checkpoint cells whose defining rate was not kept (see premise_held in "
+                  "the JSON): " + ", ".join(f"{c['policy']} {'bp' if c['loaded'] else 'idle'}"
+                                           for c in cp["cells"] if not c["premise_held"]))
     figures.append(f"commit_ratio_1m_vs_1k={fmt(result.get('commit', {}).get('commit_ratio'))}")
     figures.append("stateful_ratio_acking="
                    f"{fmt(result.get('stateful_acking_on', {}).get('ratio'))}")
