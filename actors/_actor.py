@@ -331,8 +331,12 @@ class ExecutorActor:
             m = metrics.sample()
             if (m.interval_s and m.busy_time_ms_per_second is not None
                     and core.chain_host is None):
-                bound = core.policy.on_interval(m.executed_per_s or 0.0,
-                                                m.busy_time_ms_per_second / 1000.0,
+                # busy plus held by a full destination: Flink's throughput measurement
+                # pauses only while the task is idle, so a backpressured task is sized to
+                # what it really drains, not to its speed when unblocked
+                active = (m.busy_time_ms_per_second
+                          + (m.backpressured_time_ms_per_second or 0.0)) / 1000.0
+                bound = core.policy.on_interval(m.executed_per_s or 0.0, min(active, 1.0),
                                                 core.queue.capacity, time.monotonic())
                 if bound is not None:  # (Flink's buffer debloating: the queue's admission)
                     core.queue.capacity = bound

@@ -1,14 +1,16 @@
 """Flink's buffer debloating (FLIP-183): in-flight data sized to a time, not a count.
 
-A receiving task measures its throughput while busy (tuples per busy second: what it can
-take, not what it happens to get) and bounds what may wait for it to that throughput times
-a target time (``topology.backpressure.debloat.target.ms``, Flink's default 1 s), so under
-a slow consumer the queued data, and the latency of going through it, shrink with the
-consumer instead of staying at a fixed count. Smoothed as Flink smooths it: a moving
-average of the throughput, a change applied only past a relative threshold, and a floor
-so one producer batch always fits (Flink's FLINK-33077 is what happens otherwise: a buffer
-that can never take the record). The bound applies to the receive queue's admission (local
-senders wait, remote arrivals overflow and report the task backlogged as under
+A receiving task measures its throughput while not idle (tuples per second of busy or
+backpressured time: what it drains when it has input, not what it happens to get; Flink's
+throughput measurement pauses only while the task waits for input) and bounds what may
+wait for it to that throughput times a target time
+(``topology.backpressure.debloat.target.ms``, Flink's default 1 s), so under a slow
+consumer the queued data, and the latency of going through it, shrink with the consumer
+instead of staying at a fixed count. Smoothed as Flink smooths it: a moving average of the
+throughput, a change applied only past a relative threshold, and a floor so one producer
+batch always fits (Flink's FLINK-33077 is what happens otherwise: a buffer that can never
+take the record). The bound applies to the receive queue's admission (local senders wait,
+remote arrivals overflow and report the task backlogged as under
 :class:`~backpressure.Storm2Policy`, whose per-task statuses this policy keeps); it never
 exceeds the configured ``topology.executor.receive.buffer.size``.
 """
@@ -54,7 +56,7 @@ class DebloatPolicy(Storm2Policy):
         self.target_s, self.floor, self.ceiling = target_s, max(1, floor), ceiling
         self._alpha = 2.0 / (samples + 1)
         self.threshold = threshold
-        #: tuples per busy second (moving average; None before the first busy interval)
+        #: tuples per second not idle (moving average; None before the first such interval)
         self.throughput: float | None = None
         #: the admission bound now (tuples)
         self.bound = ceiling

@@ -166,8 +166,9 @@ class FlowControlPolicy:
 
     def on_interval(self, executed_per_s: float, busy_fraction: float, capacity: int,
                     now: float) -> int | None:
-        """A closed metrics interval: tuples executed per second and the busy share of the
-        interval (0..1). A new admission bound for the receive queue (tuples), or None to
+        """A closed metrics interval: tuples executed per second and the share of the
+        interval the task was not idle (busy or held by a full destination, 0..1). A new
+        admission bound for the receive queue (tuples), or None to
         keep ``capacity``, the bound now."""
         return None
 

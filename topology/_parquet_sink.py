@@ -97,12 +97,16 @@ class ParquetSink(TwoPhaseCommitSink):
         self._fsys, self._root = self._fs()
         self._prefix = f"part-{_safe(context.component_id)}-{context.task_id}-"
         self._names: tuple[str, ...] | None = None
+        self._fields_seen = None  # the last input Fields found to match the columns
         self._rows: list[list] = []
         self._since_file = 0      # checkpoints since the last file
         self._covered = -1        # the buffer reflects every checkpoint up to this one
         self.files_written = 0
 
     def write(self, tup) -> None:
+        if tup.fields is self._fields_seen:  # (one Fields object per input stream)
+            self._rows.append(list(tup.values))
+            return
         names = tuple(tup.fields)
         if self._names is None:
             missing = [c for c in self.partition_by if c not in names]
@@ -114,6 +118,7 @@ class ParquetSink(TwoPhaseCommitSink):
             raise TopologyError(f"ParquetSink: stream {tup.source_stream!r} of "
                                 f"{tup.source_component!r} has fields {list(names)}, the "
                                 f"sink's columns are {list(self._names)}")
+        self._fields_seen = tup.fields
         self._rows.append(list(tup.values))
 
     def pre_commit(self, checkpoint_id: int) -> Any:
