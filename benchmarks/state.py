@@ -165,26 +165,16 @@ class PacedSink(Bolt):
                 self.pacer.sleep()
 
 
-class EventKeySpout(StatefulSpout):
+class EventKeySpout(pipeline.KeyCycleSpout):
     """Emits ``(f"k{i % keys}", ts)`` for i in [0, n) across its tasks, ``ts`` = ``i //
-    per_ms`` (event time, epoch ms from 0), then ends; keeps its position."""
+    per_ms`` (event time, epoch ms from 0), then ends; keeps its position (the position
+    handling is ``KeyCycleSpout``'s)."""
 
     outputs = ("word", "ts")
 
     def __init__(self, keys: int, n: int, per_ms: int) -> None:
-        self.keys, self.n, self.per_ms = keys, n, per_ms
-
-    def open(self, conf, context, collector):
-        self.collector = collector
-        self.step = len(context.get_component_tasks(context.component_id))
-        self.first = self.i = context.task_index
-
-    def init_state(self, state):
-        self.state = state
-        self.i = state.get("i", self.first)
-
-    def pre_prepare(self, checkpoint_id):
-        self.state.put("i", self.i)
+        super().__init__(keys, n)
+        self.per_ms = per_ms
 
     def next_tuple(self):
         if self.i >= self.n:
