@@ -1,9 +1,9 @@
 """``DbApiSink`` against a real PostgreSQL (tests/_postgres.py) through ``psycopg`` 3: the
 snapshot, commit and restart orderings of the SQLite tests in test_sinks_exactly_once.py,
 a commit repeated after a restore that finds its row in ``storm_sink_commits``, an upsert
-replayed after a rollback, an unreachable server refused at submit, and on Ray ids
-through the sink with a sink task killed. Skipped, saying why, where PostgreSQL's server
-or the driver is missing."""
+replayed after a rollback, and an unreachable server refused at submit (the sink on Ray,
+with its tasks killed, is tested on SQLite in test_sinks_exactly_once.py). Skipped,
+saying why, where PostgreSQL's server or the driver is missing."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import itertools
 import pytest
 
 from tests._postgres import NO_DRIVER, PostgresServer, skip_reason
-from tests._util import free_port, until
+from tests._util import free_port
 from tests.test_sinks_exactly_once import Checkpoints
-from topology import DbApiSink, IterableSpout, TopologyBuilder, TopologyError
+from topology import DbApiSink, TopologyError
 from topology._db_sink import COMMITS_TABLE
 
 
@@ -111,34 +111,3 @@ def test_an_unreachable_server_is_refused_at_submit_naming_the_factory():
     with pytest.raises(TopologyError, match=r"DbApiSink functools\.partial\(.*psycopg.*"
                        + conninfo.split()[1] + r".*the database cannot be used"):
         sink.open_target()
-
-
-# -- on Ray ---------------------------------------------------------------------------------------
-
-
-def test_ids_reach_postgres_exactly_once_with_a_sink_task_killed(cluster, name, tmp_path, pg):
-    """Ids flow spout (position-keeping) → relay (2 tasks) → DbApiSink on PostgreSQL (2
-    tasks) over two workers; a sink task is killed mid-stream. The table holds every id
-    once."""
-    from tests.components import RelayBolt
-    from tests.test_state import _kill_and_wait
-
-    n = 3000
-    t = _table(pg, "id INTEGER, kind TEXT")
-    b = TopologyBuilder()
-    b.set_spout("src", IterableSpout([(i, f"k{i % 3}") for i in range(n)], ("id", "kind")), 2)
-    b.set_bolt("relay", RelayBolt(("id", "kind"), delay_s=0.002), 2).shuffle_grouping("src")
-    b.set_bolt("db", _sink(pg, f"INSERT INTO {t} (id, kind) VALUES (%s, %s)"),
-               2).shuffle_grouping("relay")
-    conf = {"topology.workers": 2, "topology.acker.executors": 0,
-            "topology.state.checkpoint.interval.ms": 200,
-            "topology.state.checkpoint.dir": str(tmp_path / "ckpt"),
-            "topology.executor.receive.buffer.size": 256, "topology.producer.batch.size": 50}
-    handle = cluster.submit_topology(name, conf, b.create_topology())
-    try:
-        until(lambda: handle.checkpoint_stats()["completed"] >= 2, 60, "checkpoints")
-        _kill_and_wait(handle, handle.topology.component_tasks["db"][0])
-        assert handle.wait(120), handle.stats().summary()
-    finally:
-        cluster.kill_topology(name)
-    assert _rows(pg, f"SELECT id, count(*) FROM {t} GROUP BY id") == [(i, 1) for i in range(n)]
