@@ -76,7 +76,6 @@ from benchmarks.state_store import filesystem, stats
 from topology import (
     Bolt,
     Duration,
-    StatefulSpout,
     StatefulWindowedBolt,
     TopologyBuilder,
     WindowedBolt,
@@ -101,28 +100,22 @@ COLORS = {"storm2": "#1f77b4", "watermark": "#d62728", "nak": "#2ca02c",
 # -- components (pickled by value into the executors) -------------------------------------
 
 
-class PacedKeySpout(StatefulSpout):
+class PacedKeySpout(pipeline.KeyCycleSpout):
     """Emits ``(f"k{i % keys}",)`` at ``rate`` tuples/s over its tasks, for ever; keeps its
-    position. Held by backpressure, it drops the missed slots (``components.Pacer``)."""
+    position (``KeyCycleSpout``'s). Held by backpressure, it drops the missed slots
+    (``components.Pacer``)."""
 
     outputs = ("word",)
 
     def __init__(self, keys: int, rate: float) -> None:
-        self.keys, self.rate = keys, rate
+        super().__init__(keys, n=0)
+        self.rate = rate
 
     def open(self, conf, context, collector):
+        super().open(conf, context, collector)
         self.emit = collector.emit
-        self.step = len(context.get_component_tasks(context.component_id))
-        self.first = self.i = context.task_index
         self.my_rate = self.rate / self.step
         self.pacer = pipeline.Pacer()
-
-    def init_state(self, state):
-        self.state = state
-        self.i = state.get("i", self.first)
-
-    def pre_prepare(self, checkpoint_id):
-        self.state.put("i", self.i)
 
     def next_tuple(self):
         for _ in range(64):
