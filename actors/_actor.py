@@ -26,6 +26,14 @@ from actors._codec import FrameError, decode_batch, decode_status
 from actors._coordinator import coordinator_name
 from actors._factory import make_executor
 from actors._gc import freeze_startup_objects, tune_gc
+from actors._local_socket import (
+    AckReader,
+    SocketConnector,
+    SocketReceiver,
+    pair_buffer_bytes,
+    socket_name,
+    supported,
+)
 from actors._metrics import RayMetricsExport, TaskMetrics
 from actors._routing import TASK, WORKER, actor_name
 from actors._sink import ActorSink, _deliver
@@ -99,6 +107,14 @@ class ExecutorActor:
         self._status_to: list = []
         self._direct = bool(self.core.conf["topology.backpressure.status.direct"])
         self._checkpoints = None  # the checkpoint coordinator (fetched by name)
+        # the same-node socket path (actors/_local_socket.py): this actor's listening
+        # socket (made at the first sender's request), and its senders' ack reader and
+        # connector threads (made with the first same-worker sink)
+        self._socket_on = bool(conf["topology.transfer.local.socket"]) and supported()
+        self._node_id = ray.get_runtime_context().get_node_id()
+        self._receiver: SocketReceiver | None = None
+        self._socket_lock = threading.Lock()
+        self._connector: SocketConnector | None = None
         rejoining = prefix is not None and not first_start(prefix,
                                                            actor_name(None, TASK, task_id))
         if prefix is not None and checkpointed(topology, conf):
@@ -288,6 +304,8 @@ class ExecutorActor:
             if w == core.worker:
                 send = handles[t].receive_remote.remote if back else handles[t].receive.remote
                 s = ActorSink(send, core.task_id, t, core.policy.credits(t), core)
+                if self._socket_on and not back:  # (a back edge's receiver never blocks)
+                    self._open_socket(core, s, handles[t])
             else:
                 if w not in transfers:
                     raise ValueError(f"task {core.task_id}: task {t} is in worker {w}, which "
@@ -298,6 +316,68 @@ class ExecutorActor:
             self._sinks[core.task_id].append(s)
             sinks[t] = s
         core.connect(sinks)
+
+    def _open_socket(self, core, sink: ActorSink, handle) -> None:
+        """Ask this actor's connector for a socket from ``core``'s task to ``sink``'s
+        destination (again whenever the channel breaks); frames go by actor call until
+        it is open. See ``actors._local_socket``."""
+        if self._connector is None:
+            stopped = lambda: self.core._stop  # noqa: E731
+            self._connector = SocketConnector(AckReader(self.core.wakeup.set, stopped),
+                                              stopped, self._socket_error)
+        src, dest, pid = core.task_id, sink.dest, os.getpid()
+
+        def fetch():
+            return ray.get(handle.socket_address.remote(src, dest, pid, self._node_id),
+                           timeout=30)
+
+        def lost(s: ActorSink) -> None:
+            self._connector.request(src, dest, fetch, s.offer_channel,
+                                    lambda: not core._stop, delay=0.05)
+
+        sink.on_channel_lost = lost
+        self._connector.request(src, dest, fetch, sink.offer_channel, lambda: not core._stop)
+
+    def _socket_error(self, e: Exception, where: str) -> None:
+        core = self.core
+        if core.log_throttle.allow("socket_error"):
+            logger.info("%s:%d: %s: %s (frames go by actor call meanwhile)",
+                        core.component_id, core.task_id, where, e)
+
+    @ray.method(concurrency_group="control")
+    def socket_address(self, src_task: int, dest_task: int, pid: int,
+                       node_id: str) -> tuple | None:
+        """Task ``src_task``'s sender (in process ``pid`` on node ``node_id``) asks for the
+        same-node socket of task ``dest_task`` (this actor's): ``(abstract name, token,
+        per-pair buffer bytes)``, or None when frames must go by actor call (another
+        node, the socket path off, a task this actor does not receive for). The listening
+        socket and its reader thread start at the first request."""
+        core = self.core
+        if not self._socket_on or node_id != self._node_id or dest_task != core.task_id:
+            return None
+        with self._socket_lock:
+            if self._receiver is None:
+                senders = sum(1 for t in core.inbound.upstream
+                              if core.task_worker.get(t, 0) == core.worker
+                              and t not in self.cores and t not in core.back_sources)
+                bound = core.conf["topology.executor.receive.buffer.bytes"] or 0
+                self._receiver = SocketReceiver(
+                    socket_name(self._prefix, core.task_id), core.task_id,
+                    self._socket_frame, self._bad_frame, lambda: core._stop,
+                    pair_buffer_bytes(bound, senders))
+            self._receiver.expect(src_task, pid)
+            return self._receiver.address()
+
+    def _socket_frame(self, src: int, frame) -> tuple[int, int] | None:
+        """One frame from ``src``'s socket (the reader thread), inserted as
+        :meth:`receive` does; returns the acknowledgement ``(epoch, ack)`` to write back
+        (None: nothing to acknowledge)."""
+        core = self.core
+        s, epoch, seq, items = decode_batch(frame, self._max_frame, len(core.streams))
+        if s != src:
+            raise FrameError(f"a frame of task {s} on the socket of task {src}")
+        ack = core.inbound.accept_frame(s, seq, items, False, epoch, len(frame))[0]
+        return None if ack is None else (epoch, ack)
 
     @ray.method(concurrency_group="control")
     def start(self) -> None:
@@ -509,7 +589,7 @@ class ExecutorActor:
         core = self._core(task)
         m = getattr(self, "_metrics", {}).get(core.task_id)
         return core.stats(m.last if m is not None else None).with_sinks(
-            self._sinks[core.task_id])
+            self._sinks[core.task_id], self._receiver if core is self.core else None)
 
     @ray.method(concurrency_group="control")
     def collected(self, task: int | None = None) -> list:
@@ -565,6 +645,8 @@ class ExecutorActor:
     @ray.method(concurrency_group="control")
     def shutdown(self) -> None:
         self.core.stop()
+        if self._receiver is not None:
+            self._receiver.close()
 
     @ray.method(concurrency_group="wait")
     def wait_done(self, timeout: float | None = None) -> bool:

@@ -1,5 +1,7 @@
-"""``ActorSink``: one executor's sends to one destination task, as Ray actor calls with a
-sliding window of credits (see the class docstring); used by ``actors._actor.ExecutorActor``."""
+"""``ActorSink``: one executor's sends to one destination task, as Ray actor calls or, for
+a task of the same worker, over a same-node socket (``actors._local_socket``), with one
+sliding window of credits over both (see the class docstring); used by
+``actors._actor.ExecutorActor``."""
 
 from __future__ import annotations
 
@@ -48,6 +50,18 @@ class ActorSink:
     acking) and, if this task already ended its stream, sends its end-of-stream marker
     again. Ray queues calls to an actor while it restarts, so nothing else waits.
 
+    Two paths, one order (``topology.transfer.local.socket``): a destination in the same
+    worker gets a :class:`~actors._local_socket.SocketChannel` when its connector has
+    opened one (:meth:`offer_channel`); frames then go over the socket, a frame the kernel
+    refuses (``EAGAIN``) is "destination full" exactly as a full window, and the
+    receiver's acknowledgements come back on the socket as ``(epoch, seq)``. Both paths
+    share one (epoch, seq) numbering, and a frame changes path only when nothing is
+    outstanding on the other (so the receiver never reorders across paths): the switch to
+    a new channel, a frame too large for the socket (half its buffer), which goes by
+    actor call, and the way back. A broken channel (its peer died: end of file) is a loss
+    like a failed call: a new epoch, then actor calls until the connector offers a
+    channel to the new incarnation.
+
     Args:
         send: ``send(frame) -> ObjectRef``: the receiver's ``receive``, or for a task in
             another worker, a one-frame delivery to that worker's transfer actor (whose
@@ -59,7 +73,10 @@ class ActorSink:
 
     __slots__ = ("_send", "_src", "_max", "_inflight", "_core", "dest", "sent_batches",
                  "_remote", "_may_send", "_next", "_acked", "_epoch", "resets",
-                 "_frame_limit", "cut_frames", "_lost_at", "_progress_at", "_granted")
+                 "_frame_limit", "cut_frames", "_lost_at", "_progress_at", "_granted",
+                 "_chan", "_offered", "_on_socket", "socket_frames", "socket_bytes",
+                 "call_frames", "call_bytes", "socket_refusals", "fallbacks",
+                 "reconnects", "_lost_channel", "on_channel_lost")
 
     def __init__(self, send, src_task: int, dest_task: int, max_inflight: int,
                  core: ExecutorCore, remote: bool = False) -> None:
@@ -92,6 +109,29 @@ class ActorSink:
         #: an acknowledgement given by another call, ``(epoch, seq)``: the receiver held
         #: our frames while aligning on a checkpoint barrier (see credit)
         self._granted: tuple[int, int] | None = None
+        # the socket path (see the class docstring): the channel in use, one offered by
+        # the connector thread and not yet taken, whether the last frame went over it
+        self._chan = None
+        self._offered = None
+        self._on_socket = False
+        self._lost_channel = False  # a channel broke: the next one is a reconnect
+        #: called (executor thread) when a channel breaks: the actor asks for a new one
+        self.on_channel_lost = None
+        #: per path: frames and bytes sent; sends the socket refused (full); channels
+        #: that broke (their frames fell back to actor calls); channels opened again
+        self.socket_frames = self.socket_bytes = 0
+        self.call_frames = self.call_bytes = 0
+        self.socket_refusals = self.fallbacks = self.reconnects = 0
+
+    @property
+    def path(self) -> str:
+        """``"socket"`` while a same-node channel carries the frames, else ``"call"``."""
+        return "socket" if self._chan is not None else "call"
+
+    def offer_channel(self, chan) -> None:
+        """The connector opened ``chan`` (a ``SocketChannel``) to the destination: taken
+        by the executor thread at a send with nothing outstanding. Any thread."""
+        self._offered = chan
 
     def credit(self, epoch: int, ack: int) -> None:
         """The receiver acknowledges frames up to ``ack`` of ``epoch`` by a separate call
@@ -163,6 +203,14 @@ class ActorSink:
             if g[0] == self._epoch and g[1] > self._acked:
                 self._acked = g[1]
                 self._progress_at = time.monotonic()
+        c = self._chan
+        if c is not None:
+            a = c.acked
+            if c.broken:
+                self._drop_channel()
+            elif a is not None and a[0] == self._epoch and a[1] > self._acked:
+                self._acked = a[1]
+                self._progress_at = time.monotonic()
         if self._inflight and self._next - 1 > self._acked:
             self._reap()
         return self._next - 1 - self._acked
@@ -208,29 +256,88 @@ class ActorSink:
             return 0
         return self._send_frame(items)
 
+    def _drop_channel(self) -> None:
+        """The channel broke (its peer died, or a send failed): frames on it may be
+        lost (:meth:`_reset`), the next frames go by actor call, and the actor asks for
+        a channel to the destination's next incarnation (``on_channel_lost``)."""
+        self._chan.close()
+        self._chan = None
+        self.fallbacks += 1
+        self._lost_channel = True
+        self._reset()
+        if self.on_channel_lost is not None:
+            self.on_channel_lost(self)
+
+    def _channel(self):
+        """The socket channel for the next frame, or None for an actor call: a broken
+        channel is dropped (a loss: see :meth:`_reset`), an offered one taken once nothing
+        is outstanding. Executor thread."""
+        chan = self._chan
+        if chan is not None and chan.broken:
+            self._drop_channel()
+            chan = None
+        offered = self._offered
+        if offered is not None and offered is not chan and self.unacked() == 0:
+            self._offered = None
+            if offered.broken:
+                return chan
+            if chan is not None:
+                chan.close()
+            self._chan = chan = offered
+            if self._lost_channel:
+                self.reconnects += 1
+                self._lost_channel = False
+        return chan
+
     def _send_frame(self, items: list) -> int:
         """Send a prefix of ``items`` as one frame; returns how many it took: all, or
         fewer when the frame would pass the frame byte limit (the rest stay in the
-        batch). One tuple always goes, alone if it must."""
+        batch); 0 when the socket refused it or the frame must change path while frames
+        are outstanding. One tuple always goes, alone if it must."""
+        chan = self._channel()
+        limit = self._frame_limit if chan is None else min(self._frame_limit, chan.limit)
         n = len(items)
         try:
             frame = encode_batch(self._src, items, self._next, self._epoch)
-            while len(frame) > self._frame_limit and n > 1:
-                n = max(1, n * self._frame_limit // len(frame))
+            while len(frame) > limit and n > 1:
+                n = max(1, n * limit // len(frame))
                 frame = encode_batch(self._src, items[:n], self._next, self._epoch)
         except TypeError:
             n = len(items)
             frame = self._encode_skipping_bad(items)
-        if n < len(items):
-            self.cut_frames += 1
+        if chan is not None and len(frame) <= chan.limit:
+            if not self._on_socket and self.unacked() > 0:
+                return 0  # actor calls still outstanding: one order, so wait for them
+            if not chan.try_send(frame):
+                if not chan.broken:
+                    self.socket_refusals += 1
+                    return 0  # the receiver is not reading: full
+                self._channel()  # broken: a loss; this frame goes by actor call
+                return self._send_frame(items)
+            self._on_socket = True
+            self.socket_frames += 1
+            self.socket_bytes += len(frame)
+            self._sent(n, len(items))
+            return n
+        if self._on_socket and self.unacked() > 0:
+            return 0  # too large for the socket: by actor call once it is drained
+        self._on_socket = False
         fut = self._send(frame).future()
         fut.add_done_callback(self._wake_sender)  # a credit is back: retry pending_emits
         self._inflight.append(fut)
+        self.call_frames += 1
+        self.call_bytes += len(frame)
+        self._sent(n, len(items))
+        return n
+
+    def _sent(self, n: int, of: int) -> None:
+        """Bookkeeping of a frame sent with ``n`` of ``of`` items (either path)."""
+        if n < of:
+            self.cut_frames += 1
         if self._next - 1 == self._acked:  # nothing was unacknowledged: the wait starts
             self._progress_at = time.monotonic()
         self._next += 1
         self.sent_batches += 1
-        return n
 
     def _encode_skipping_bad(self, items: list) -> bytes:
         """The frame of ``items`` without those the codec cannot carry: each is reported,

@@ -113,7 +113,14 @@ class TaskStats:
     ``duplicate_frames``, ``early_frames``, ``stale_frames``, ``epoch_resets``,
     ``lost_frames`` (dropped because their sender began a new epoch after a failure),
     ``late_items``, ``inflight_batches``, ``sent_batches``, ``sent_batches_to`` (per
-    destination task), ``sink_resets``.
+    destination task), ``sink_resets``; ``transfer_path_to`` (destination task →
+    ``"socket"`` or ``"call"``: the path its frames take now) and ``transfer``, the
+    counters per path (``topology.transfer.local.socket``, actors/_local_socket.py):
+    ``socket_frames`` / ``socket_bytes`` and ``call_frames`` / ``call_bytes`` sent,
+    ``socket_refusals`` (sends the kernel refused: destination full), ``fallbacks``
+    (channels that broke, their frames then going by actor call), ``reconnects``, and as
+    a receiver ``socket_frames_in`` / ``socket_bytes_in``, ``malformed_socket_frames``,
+    ``refused_connections``, ``socket_connections``.
 
     Errors: ``error_count`` and ``errors`` (each kind with count and last traceback).
 
@@ -202,6 +209,8 @@ class TaskStats:
     sent_batches: int = 0
     sent_batches_to: dict[int, int] = field(default_factory=dict)
     sink_resets: int = 0
+    transfer_path_to: dict[int, str] = field(default_factory=dict)
+    transfer: dict[str, int] = field(default_factory=dict)
     error_count: int = 0
     errors: list[dict] = field(default_factory=list)
     window_held: int | None = None
@@ -233,13 +242,26 @@ class TaskStats:
         """This record with the fields of metrics interval ``m`` (unchanged if None)."""
         return self if m is None else replace(self, **asdict(m))
 
-    def with_sinks(self, sinks: list) -> TaskStats:
+    def with_sinks(self, sinks: list, receiver=None) -> TaskStats:
         """This record with the executor actor's sinks' figures (``ActorSink`` objects:
-        ``outstanding()``, ``sent_batches``, ``dest``, ``resets``)."""
+        ``outstanding()``, ``sent_batches``, ``dest``, ``resets``, the per-path counters)
+        and, given the actor's ``SocketReceiver``, its incoming socket counters."""
+        t = {k: sum(getattr(s, k) for s in sinks) for k in _SINK_COUNTERS}
+        if receiver is not None:
+            t.update(socket_frames_in=receiver.frames, socket_bytes_in=receiver.bytes,
+                     malformed_socket_frames=receiver.malformed,
+                     refused_connections=receiver.refused_connections,
+                     socket_connections=receiver.connections)
         return replace(self, inflight_batches=sum(s.outstanding() for s in sinks),
                        sent_batches=sum(s.sent_batches for s in sinks),
                        sent_batches_to={s.dest: s.sent_batches for s in sinks},
-                       sink_resets=sum(s.resets for s in sinks))
+                       sink_resets=sum(s.resets for s in sinks),
+                       transfer_path_to={s.dest: s.path for s in sinks}, transfer=t)
+
+
+#: the ActorSink counters summed into ``TaskStats.transfer``
+_SINK_COUNTERS = ("socket_frames", "socket_bytes", "call_frames", "call_bytes",
+                  "socket_refusals", "fallbacks", "reconnects")
 
 
 def _spout_progress(core: Any) -> int | None:

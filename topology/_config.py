@@ -187,6 +187,12 @@ _KEYS: list[ConfigKey] = [
               "Ours: the largest frame or transfer payload a receiver decodes; larger ones "
               "are dropped and counted (a bound on what a peer can make us allocate).",
               minimum=1024),
+    ConfigKey("topology.transfer.local.socket", (bool,), True,
+              "Ours: frames between executors of one worker on one node go over a "
+              "Unix-domain SOCK_SEQPACKET socket per (sender, receiver) task pair instead "
+              "of a Ray actor call (Linux; elsewhere, across workers and nodes, on back "
+              "edges and for frames above half the pair's buffer: actor calls). "
+              "TaskStats.transfer_path_to shows the path taken."),
     ConfigKey("topology.transfer.max.inflight.batches", (int,), 2,
               "Ours (no Storm equivalent): batches sent to one destination task whose actor "
               "call has not completed yet. The receiver completes the call only once the "

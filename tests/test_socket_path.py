@@ -1,0 +1,64 @@
+"""The same-node socket path on a real Ray (``topology.transfer.local.socket``): a killed
+receiver loses nothing with acking, its senders fall back to actor calls and reconnect
+to its new incarnation, and nothing of the sockets outlives the topology."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import ray
+
+from actors._local_socket import supported
+from tests._util import until
+from tests.components import LedgerSpout, PassBolt, _read_lines
+from topology import CollectorBolt, TopologyBuilder
+
+
+def _abstract_names(prefix: str) -> list[str]:
+    """Abstract Unix socket names in use on this machine that carry ``prefix``."""
+    with open("/proc/net/unix") as f:
+        return [ln.split()[-1] for ln in f if f"@storm-on-ray/{prefix}" in ln]
+
+
+@pytest.mark.parametrize("socket_path", [
+    pytest.param(True, marks=pytest.mark.skipif(not supported(), reason="Linux only")),
+    False], ids=["socket", "call"])
+def test_a_killed_receiver_loses_no_msg_id_and_its_senders_reconnect(cluster, name,
+                                                                      tmp_path, socket_path):
+    n = 4000
+    b = TopologyBuilder()
+    b.set_spout("src", LedgerSpout(n, str(tmp_path)))
+    b.set_bolt("mid", PassBolt(delay_s=0.0005)).shuffle_grouping("src")
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("mid")
+    conf = {"topology.transfer.local.socket": socket_path,
+            "topology.message.timeout.secs": 3, "topology.max.spout.pending": 500}
+    handle = cluster.submit_topology(name, conf, b.create_topology())
+    tasks = handle.topology.component_tasks
+    mid = tasks["mid"][0]
+    try:
+        until(lambda: len(_read_lines(tmp_path / "acked-0.log")) > 500, 60, "500 acked")
+        if socket_path:  # one listening socket per receiving actor, under our prefix
+            assert len(_abstract_names(handle.prefix)) >= 2
+        os.kill(ray.get(handle.actors[mid].pid.remote()), signal.SIGKILL)
+        assert handle.wait(120), handle.stats().summary()
+        acked = [int(x) for x in _read_lines(tmp_path / "acked-0.log")]
+        assert sorted(acked) == list(range(n))  # every id acked, each once
+        s = handle.stats()
+        assert s.component("mid")[0].restarted
+        sent = s.component("src")[0]
+        if socket_path:
+            # the spout's frames to mid: over the socket, then actor calls after the
+            # kill, then a socket to the new incarnation
+            assert sent.transfer["socket_frames"] > 0 and sent.transfer["fallbacks"] >= 1
+            until(lambda: handle.stats().component("src")[0].transfer_path_to[mid]
+                  == "socket", 30, "the spout back on the socket")
+            assert handle.stats().component("src")[0].transfer["reconnects"] >= 1
+        else:
+            assert set(sent.transfer_path_to.values()) == {"call"}
+            assert sent.transfer["socket_frames"] == 0 and sent.transfer["call_frames"] > 0
+    finally:
+        cluster.kill_topology(name)
+    # abstract names vanish with the processes: nothing is left behind
+    until(lambda: not _abstract_names(handle.prefix), 30, "no socket left")
