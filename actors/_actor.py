@@ -28,6 +28,7 @@ from actors._factory import make_executor
 from actors._gc import freeze_startup_objects, tune_gc
 from actors._local_socket import (
     AckReader,
+    ControlPlane,
     SocketConnector,
     SocketReceiver,
     pair_buffer_bytes,
@@ -115,6 +116,10 @@ class ExecutorActor:
         self._receiver: SocketReceiver | None = None
         self._socket_lock = threading.Lock()
         self._connector: SocketConnector | None = None
+        #: backpressure statuses to and from actors of this node over sockets
+        self._control = (ControlPlane(task_id, prefix, self._bad_frame,
+                                      lambda: self.core._stop) if self._socket_on else None)
+        self._status_lock = threading.Lock()  # statuses arrive on two threads
         rejoining = prefix is not None and not first_start(prefix,
                                                            actor_name(None, TASK, task_id))
         if prefix is not None and checkpointed(topology, conf):
@@ -276,8 +281,8 @@ class ExecutorActor:
         if core.policy.name == "nak":
             self._nak_to = [handles[t] for t in core.upstream_spouts if t in handles]
         if self._direct:  # (back edges never hold: their senders need no status)
-            self._status_to = [handles[t] for t in sorted(core.remote_upstream
-                                                          - core.back_sources)
+            self._status_to = [(self._hosts.get(t, t), handles[t])
+                               for t in sorted(core.remote_upstream - core.back_sources)
                                if t in handles]
         for c in self.cores.values():
             self._connect_core(c, handles, transfers)
@@ -473,18 +478,39 @@ class ExecutorActor:
     def _notify(self, report: tuple) -> None:
         """Tell this task's backpressure report ``(task, backlogged, since, seq, reminder)``
         to its worker's transfer actor (the worker-level status, Storm's path) and, on the
-        direct path, to each executor in another worker that sends to this task."""
-        for h in self._status_to:
+        direct path, to each executor in another worker that sends to this task: over a
+        control socket where one is open (same node), else by actor call."""
+        for host, h in self._status_to:
             try:
-                h.task_status.remote(*report[:4])
+                self._send_control(("task", host), h, "task_status", report[:4])
             except Exception as e:  # a dead sender: its restart asks us (see _rejoin)
                 self.core.errors.report(e, "backpressure status")
         if self._transfer is None:  # one worker: nobody to tell (a back edge's overflow)
             return
         try:
-            self._transfer.task_status.remote(*report)
+            self._send_control(("worker", self.core.worker), self._transfer, "task_status",
+                               report)
         except Exception as e:  # the transfer actor is gone: Ray restarts it
             self.core.errors.report(e, "backpressure report")
+
+    def _send_control(self, key, handle, method: str, args) -> None:
+        """``handle.method(*args)`` as a control message (see ``ControlPlane.send``)."""
+        call = functools.partial(lambda m, a: getattr(handle, m).remote(*a), method, args)
+        if self._control is None:
+            call()
+            return
+        node = self._node_id
+        self._control.send(key, method, args, call, lambda: ray.get(
+            handle.control_address.remote(os.getpid(), node), timeout=30))
+
+    @ray.method(concurrency_group="control")
+    def control_address(self, pid: int, node_id: str) -> tuple | None:
+        """The control socket of this actor for a peer in process ``pid`` on node
+        ``node_id``: ``(name, token, buffer bytes)``, or None (another node, or off)."""
+        if self._control is None or node_id != self._node_id:
+            return None
+        return self._control.address(pid, {"task_status": self.task_status,
+                                           "apply_backpressure": self.apply_backpressure})
 
     @ray.method(concurrency_group="remote", enable_task_events=False)
     def receive_remote(self, frame: bytes) -> int | None:
@@ -519,8 +545,9 @@ class ExecutorActor:
             self._bad_frame(ValueError(
                 f"malformed task status {(task, backlogged, since, seq)!r:.100}"))
             return
-        for c in self.cores.values():
-            c.apply_task_status(task, backlogged, float(since), seq)
+        with self._status_lock:
+            for c in self.cores.values():
+                c.apply_task_status(task, backlogged, float(since), seq)
 
     @ray.method(concurrency_group="control")
     def apply_backpressure(self, status: bytes) -> None:
@@ -530,8 +557,9 @@ class ExecutorActor:
         except ValueError as e:
             self._bad_frame(e)
             return
-        for c in self.cores.values():
-            c.apply_backpressure(st)
+        with self._status_lock:
+            for c in self.cores.values():
+                c.apply_backpressure(st)
 
     # Frames are not Ray task events (the dashboard's task list): one per batch, they would
     # flood the GCS, and recording them costs CPU on both sides of each call
@@ -589,7 +617,8 @@ class ExecutorActor:
         core = self._core(task)
         m = getattr(self, "_metrics", {}).get(core.task_id)
         return core.stats(m.last if m is not None else None).with_sinks(
-            self._sinks[core.task_id], self._receiver if core is self.core else None)
+            self._sinks[core.task_id], self._receiver if core is self.core else None,
+            self._control if core is self.core else None)
 
     @ray.method(concurrency_group="control")
     def collected(self, task: int | None = None) -> list:
@@ -647,6 +676,8 @@ class ExecutorActor:
         self.core.stop()
         if self._receiver is not None:
             self._receiver.close()
+        if self._control is not None:
+            self._control.close()
 
     @ray.method(concurrency_group="wait")
     def wait_done(self, timeout: float | None = None) -> bool:

@@ -120,7 +120,9 @@ class TaskStats:
     ``socket_refusals`` (sends the kernel refused: destination full), ``fallbacks``
     (channels that broke, their frames then going by actor call), ``reconnects``, and as
     a receiver ``socket_frames_in`` / ``socket_bytes_in``, ``malformed_socket_frames``,
-    ``refused_connections``, ``socket_connections``.
+    ``refused_connections``, ``socket_connections``; and the control messages
+    (backpressure statuses) sent over a control socket or by actor call, and received
+    on it (``control_socket_sent``, ``control_call_sent``, ``control_received``).
 
     Errors: ``error_count`` and ``errors`` (each kind with count and last traceback).
 
@@ -242,16 +244,20 @@ class TaskStats:
         """This record with the fields of metrics interval ``m`` (unchanged if None)."""
         return self if m is None else replace(self, **asdict(m))
 
-    def with_sinks(self, sinks: list, receiver=None) -> TaskStats:
+    def with_sinks(self, sinks: list, receiver=None, control=None) -> TaskStats:
         """This record with the executor actor's sinks' figures (``ActorSink`` objects:
         ``outstanding()``, ``sent_batches``, ``dest``, ``resets``, the per-path counters)
-        and, given the actor's ``SocketReceiver``, its incoming socket counters."""
+        and, given the actor's ``SocketReceiver`` and ``ControlPlane``, their counters."""
         t = {k: sum(getattr(s, k) for s in sinks) for k in _SINK_COUNTERS}
         if receiver is not None:
             t.update(socket_frames_in=receiver.frames, socket_bytes_in=receiver.bytes,
                      malformed_socket_frames=receiver.malformed,
                      refused_connections=receiver.refused_connections,
                      socket_connections=receiver.connections)
+        if control is not None:
+            t.update(control_socket_sent=control.socket_sent,
+                     control_call_sent=control.call_sent,
+                     control_received=control.received)
         return replace(self, inflight_batches=sum(s.outstanding() for s in sinks),
                        sent_batches=sum(s.sent_batches for s in sinks),
                        sent_batches_to={s.dest: s.sent_batches for s in sinks},

@@ -59,6 +59,7 @@ from actors._codec import (
 )
 from actors._errors import LogThrottle
 from actors._gc import tune_gc
+from actors._local_socket import ControlPlane, supported
 from actors._routing import TASK, WORKER, actor_name
 from actors._store import first_start
 from backpressure import BackPressureStatus, RemoteBackPressure, WorkerBackPressure
@@ -123,6 +124,14 @@ class TransferActor:
             statuses_forwarded=0)
         # the last status from each peer worker, for a restarted executor of this worker
         self._last_status: dict[int, bytes] = {}
+        # statuses to and from actors of this node go over control sockets
+        # (actors/_local_socket.py): they arrive on its reader thread too
+        self._status_lock = threading.Lock()
+        self._node_id = ray.get_runtime_context().get_node_id()
+        self._stopped = False
+        self._control = (ControlPlane(-1 - worker_id, prefix, self._bad_control,
+                                      lambda: self._stopped)
+                         if conf["topology.transfer.local.socket"] and supported() else None)
         if prefix is not None and not first_start(prefix, actor_name(None, WORKER, worker_id)):
             self._rejoin(prefix, destinations or {})
 
@@ -150,8 +159,8 @@ class TransferActor:
             self._log("rejoin", "no backpressure report from task %d within %.0f s (it "
                       "reports when it rejoins)", t, REPORT_WAIT_S)
         wire = encode_status(self.local.status().to_wire())
-        for h in list(self._peers.values()):
-            self._send_status_to(h, wire)
+        for w, h in list(self._peers.items()):
+            self._send_status_to(w, h, wire)
 
     def _count(self, key: str, n: int = 1) -> None:
         with self._lock:
@@ -179,10 +188,12 @@ class TransferActor:
     def hello(self, worker_id: int, handle) -> None:
         """A worker connects (or reconnects after a restart): remember it, and send it the
         current status if any task here is backlogged (Storm's ``channelActive``)."""
-        self._peers[worker_id] = handle
-        self._count("hellos")
-        if self.local.any_backlogged:
-            self._send_status_to(handle, encode_status(self.local.status().to_wire()))
+        with self._status_lock:
+            self._peers[worker_id] = handle
+            self._count("hellos")
+            if self.local.any_backlogged:
+                self._send_status_to(worker_id, handle,
+                                     encode_status(self.local.status().to_wire()))
 
     # -- data: receiving side -------------------------------------------------------------
     @ray.method(concurrency_group="deliver", enable_task_events=False)  # (as receive)
@@ -236,6 +247,11 @@ class TransferActor:
     def task_status(self, task: int, backlogged: bool, since: float, seq: int,
                     reminder: bool) -> None:
         """An executor reports its task's backpressure transition (or a reminder)."""
+        with self._status_lock:
+            self._task_status(task, backlogged, since, seq, reminder)
+
+    def _task_status(self, task: int, backlogged: bool, since: float, seq: int,
+                     reminder: bool) -> None:
         if backlogged and not reminder and since:
             self._report_lags.append((time.time() - since) * 1000.0)
         try:
@@ -246,22 +262,51 @@ class TransferActor:
         if changed or (reminder and backlogged):
             status = self.local.status()
             wire = encode_status(status.to_wire())
-            for h in list(self._peers.values()):
-                self._send_status_to(h, wire)
+            for w, h in list(self._peers.items()):
+                self._send_status_to(w, h, wire)
             if not changed:
                 self._count("reminders_sent")
             else:
                 logger.info("worker %d: backlogged tasks now %s", self.worker_id,
                             list(status.bp_tasks))
 
-    def _send_status_to(self, handle, wire: bytes) -> None:
-        handle.backpressure_status.remote(wire)
+    def _send_status_to(self, worker: int, handle, wire: bytes) -> None:
+        self._send_control(("worker", worker), handle, "backpressure_status", (wire,))
         self._count("statuses_sent")
+
+    def _send_control(self, key, handle, method: str, args: tuple) -> None:
+        """``handle.method(*args)``: over a control socket to an actor of this node once
+        one is open, else by actor call (``ControlPlane.send``)."""
+        def call():
+            getattr(handle, method).remote(*args)
+        if self._control is None:
+            call()
+            return
+        node = self._node_id
+        self._control.send(key, method, args, call, lambda: ray.get(
+            handle.control_address.remote(os.getpid(), node), timeout=30))
+
+    @ray.method(concurrency_group="control")
+    def control_address(self, pid: int, node_id: str) -> tuple | None:
+        """This actor's control socket for a peer in process ``pid`` on node ``node_id``
+        (``(name, token, buffer bytes)``), or None (another node, or the path off)."""
+        if self._control is None or node_id != self._node_id:
+            return None
+        return self._control.address(pid, {"task_status": self.task_status,
+                                           "backpressure_status": self.backpressure_status})
+
+    def _bad_control(self, e: Exception) -> None:
+        self._count("dropped_bad_payload")
+        self._log("control", "dropped a control message or connection (%s)", e)
 
     @ray.method(concurrency_group="status")
     def backpressure_status(self, wire: bytes) -> None:
         """Another worker's status: apply it here (for stats) and forward it to the local
         executors that send to any task it names. Malformed or stale ones are dropped."""
+        with self._status_lock:
+            self._backpressure_status(wire)
+
+    def _backpressure_status(self, wire: bytes) -> None:
         try:
             status = BackPressureStatus.from_wire(decode_status(wire))
         except ValueError as e:
@@ -278,7 +323,7 @@ class TransferActor:
         named = set(status.bp_tasks) | set(status.non_bp_tasks)
         for t, h in self._executors.items() if self._forward else ():
             if self._destinations.get(t, frozenset()) & named:
-                h.apply_backpressure.remote(wire)
+                self._send_control(("task", t), h, "apply_backpressure", (wire,))
                 self._count("statuses_forwarded")
         self._status_lags.extend(x * 1000.0 for x in res[1])
 
@@ -308,6 +353,9 @@ class TransferActor:
             "remote_backlogged": self.remote.backlogged(),
             "report_lags_ms": list(self._report_lags),
             "status_lags_ms": list(self._status_lags),
+            "control_socket_sent": 0 if self._control is None else self._control.socket_sent,
+            "control_call_sent": 0 if self._control is None else self._control.call_sent,
+            "control_received": 0 if self._control is None else self._control.received,
             **counters,
         }
 

@@ -4,8 +4,10 @@ its upstream senders in another worker holding their sends.
 Storm 2.0's design quotes 1-2 ms for two workers on one host ("Backpressure model for
 Storm 2.0", STORM-2306's design doc, §2); our target is p50 <= 3 ms.
 
-Two status paths, run side by side in one run (alternating rounds on one Ray, so load on
-this shared host falls on both): ``direct`` (``topology.backpressure.status.direct``, the
+Two status paths, each with its messages over the same-node control sockets
+(``topology.transfer.local.socket``, the default) and by actor calls, four forms run side
+by side in one run (alternating rounds on one Ray, so load on this shared host falls on
+all): ``direct`` (``topology.backpressure.status.direct``, the
 default), where the backlogged task's executor tells its senders itself (one actor call),
 and ``worker`` (Storm's path), executor → its worker's transfer actor → the sending worker's
 transfer actor → the sending executors (three calls).
@@ -46,11 +48,16 @@ def _p50(xs: list[float]) -> float | None:
     return quantile(xs, 0.5) if xs else None
 
 
-PATHS = {"direct": True, "worker": False}
+#: status path → (topology.backpressure.status.direct, topology.transfer.local.socket):
+#: each status path with its messages over the same-node control sockets, and by actor
+#: calls (the ``_calls`` forms, as before the sockets)
+PATHS = {"direct": (True, True), "worker": (False, True),
+         "direct_calls": (True, False), "worker_calls": (False, False)}
 
 
-def run_once(cluster: LocalCluster, name: str, direct: bool, args) -> dict:
+def run_once(cluster: LocalCluster, name: str, path: tuple[bool, bool], args) -> dict:
     """One submit on one status path; returns its samples and counters."""
+    direct, socket_path = path
     b = TopologyBuilder()
     b.set_spout("a_gen", pipeline.GenSpout(10**12))  # task 1, worker 0
     slow = b.set_bolt("b_slow", pipeline.CountMultiplesOf3(args.work_us)).shuffle_grouping(
@@ -60,7 +67,8 @@ def run_once(cluster: LocalCluster, name: str, direct: bool, args) -> dict:
         slow.shuffle_grouping("c_gen")
     conf = {"topology.workers": 2, "topology.executor.receive.buffer.size": 4096,
             "topology.producer.batch.size": 256, "topology.acker.executors": 0,
-            "topology.backpressure.status.direct": direct}
+            "topology.backpressure.status.direct": direct,
+            "topology.transfer.local.socket": socket_path}
     handle = cluster.submit_topology(name, conf, b.create_topology())
     assert all(w == (t != 2) * 0 + (t == 2) for t, w in handle.stats().assignment.items())
     time.sleep(args.seconds)  # the run itself: the samples accumulate in the executors
@@ -72,7 +80,11 @@ def run_once(cluster: LocalCluster, name: str, direct: bool, args) -> dict:
             "statuses_sent": s.workers[1].statuses_sent,
             "forwarded": s.workers[0].counters["statuses_forwarded"],
             "report_lags": s.workers[1].counters["report_lags_ms"],
-            "status_lags": s.workers[0].counters["status_lags_ms"]}
+            "status_lags": s.workers[0].counters["status_lags_ms"],
+            "control_socket_sent": b_slow.transfer.get("control_socket_sent", 0)
+            + sum(w.counters.get("control_socket_sent", 0) for w in s.workers),
+            "control_call_sent": b_slow.transfer.get("control_call_sent", 0)
+            + sum(w.counters.get("control_call_sent", 0) for w in s.workers)}
 
 
 def main() -> None:
@@ -109,6 +121,8 @@ def main() -> None:
             "overflowed_total": sum(r["overflowed"] for r in rs),
             "statuses_sent": sum(r["statuses_sent"] for r in rs),
             "statuses_forwarded_to_executors": sum(r["forwarded"] for r in rs),
+            "control_socket_sent": sum(r["control_socket_sent"] for r in rs),
+            "control_call_sent": sum(r["control_call_sent"] for r in rs),
             # the same lag seen at the transfer actors on Storm's path: the receiving
             # worker's (report from the executor) and the sending worker's (peer status)
             "lag_at_receiving_transfer_ms_p50": _p50([x for r in rs for x in r["report_lags"]]),
@@ -116,18 +130,24 @@ def main() -> None:
             "all_lags_ms": sorted(round(x, 3) for x in lags),
         }
     write_result("halt_lag", result)
-    d, w = result["paths"]["direct"], result["paths"]["worker"]
     for path, p in result["paths"].items():
         h = p["halt_lag_ms"]
-        print(f"{path:>6}: {p['samples']} samples over {args.rounds} x {args.seconds:.0f} s: "
+        print(f"{path:>12}: {p['samples']} samples over {args.rounds} x {args.seconds:.0f} s: "
               f"p50 {h['p50']:.2f} ms, p90 {h['p90']:.2f} ms, p99 {h['p99']:.2f} ms; at the "
               f"receiving transfer actor {p['lag_at_receiving_transfer_ms_p50']} ms, at the "
-              f"sending one {p['lag_at_sending_transfer_ms_p50']} ms")
-    dh, wh = d["halt_lag_ms"], w["halt_lag_ms"]
-    print(f"halt_lag_ms_p50={dh['p50']:.2f} halt_lag_ms_p99={dh['p99']:.2f} "
-          f"worker_path_halt_lag_ms_p50={wh['p50']:.2f} worker_path_halt_lag_ms_p99="
-          f"{wh['p99']:.2f} direct_speedup_p50={wh['p50'] / dh['p50']:.2f} "
-          f"samples={d['samples']}")
+              f"sending one {p['lag_at_sending_transfer_ms_p50']} ms; control messages "
+              f"{p['control_socket_sent']} by socket, {p['control_call_sent']} by call")
+    p50 = {path: p["halt_lag_ms"]["p50"] for path, p in result["paths"].items()}
+    p99 = {path: p["halt_lag_ms"]["p99"] for path, p in result["paths"].items()}
+    print(f"halt_lag_ms_p50={p50['direct']:.2f} halt_lag_ms_p99={p99['direct']:.2f} "
+          f"worker_path_halt_lag_ms_p50={p50['worker']:.2f} "
+          f"worker_path_halt_lag_ms_p99={p99['worker']:.2f} "
+          f"calls_halt_lag_ms_p50={p50['direct_calls']:.2f} "
+          f"calls_worker_path_halt_lag_ms_p50={p50['worker_calls']:.2f} "
+          f"direct_socket_vs_call_p50={p50['direct'] / p50['direct_calls']:.2f} "
+          f"worker_socket_vs_call_p50={p50['worker'] / p50['worker_calls']:.2f} "
+          f"direct_speedup_p50={p50['worker'] / p50['direct']:.2f} "
+          f"samples={result['paths']['direct']['samples']}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import ray
 
 from actors._local_socket import supported
 from tests._util import until
-from tests.components import LedgerSpout, PassBolt, _read_lines
+from tests.components import CountMultiplesOf3, GenSpout, LedgerSpout, PassBolt, _read_lines
 from topology import CollectorBolt, TopologyBuilder
 
 
@@ -62,3 +62,28 @@ def test_a_killed_receiver_loses_no_msg_id_and_its_senders_reconnect(cluster, na
         cluster.kill_topology(name)
     # abstract names vanish with the processes: nothing is left behind
     until(lambda: not _abstract_names(handle.prefix), 30, "no socket left")
+
+
+@pytest.mark.skipif(not supported(), reason="Linux only")
+def test_backpressure_statuses_between_two_workers_go_over_control_sockets(cluster, name):
+    """A slow task in worker 1 fed from worker 0 (one node): its reports to its transfer
+    actor and to its sender (the direct path) go as control messages on sockets, and the
+    sender halts on them (a halt-lag recorded)."""
+    b = TopologyBuilder()
+    b.set_spout("gen", GenSpout(10**9))
+    b.set_bolt("slow", CountMultiplesOf3(300)).shuffle_grouping("gen")
+    conf = {"topology.workers": 2, "topology.executor.receive.buffer.size": 256,
+            "topology.producer.batch.size": 64, "topology.acker.executors": 0}
+    handle = cluster.submit_topology(name, conf, b.create_topology())
+    try:
+        assign = handle.stats().assignment
+        gen, slow = handle.topology.component_tasks["gen"][0], handle.topology.component_tasks[
+            "slow"][0]
+        assert assign[gen] != assign[slow]
+        s = until(lambda: (lambda s: s if s.component("gen")[0].halt_lags_ms and
+                           s.component("slow")[0].transfer["control_socket_sent"] >= 2
+                           else None)(handle.stats()), 60, "a halt over a control socket")
+        assert s.component("gen")[0].transfer["control_received"] >= 1
+        assert sum(w.counters["control_received"] for w in s.workers) >= 1
+    finally:
+        cluster.kill_topology(name)
