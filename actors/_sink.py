@@ -15,6 +15,8 @@ from actors._streams import EOS_STREAM
 from actors._transfer import FRAME_LOST
 
 _EOS_ITEM = (EOS_STREAM, None)
+#: ``ActorSink._channel``'s answer while an offered channel waits for the old path to drain
+_SWITCHING = object()
 
 #: Seconds a destination whose frames were lost (its actor died, or its worker's transfer
 #: actor answered FRAME_LOST) stays at full load for the load-aware shuffle
@@ -191,7 +193,7 @@ class ActorSink:
         self._epoch = max(time.time_ns(), self._epoch + 1)
         self._next, self._acked, self._inflight = 0, -1, []
         if self._core.state in ("ending", "done"):  # the receiver may lack our end marker
-            self._send_frame([_EOS_ITEM])
+            self._send_frame([_EOS_ITEM], by_call=True)
 
     def _wake_sender(self, _fut) -> None:
         self._core.wakeup.set()
@@ -277,24 +279,31 @@ class ActorSink:
             self._drop_channel()
             chan = None
         offered = self._offered
-        if offered is not None and offered is not chan and self.unacked() == 0:
-            self._offered = None
+        if offered is not None and offered is not chan:
             if offered.broken:
-                return chan
-            if chan is not None:
-                chan.close()
-            self._chan = chan = offered
-            if self._lost_channel:
-                self.reconnects += 1
-                self._lost_channel = False
+                self._offered = None
+            elif self.unacked() > 0:
+                return _SWITCHING  # no new frame until the old path is drained
+            else:
+                self._offered = None
+                if chan is not None:
+                    chan.close()
+                self._chan = chan = offered
+                if self._lost_channel:
+                    self.reconnects += 1
+                    self._lost_channel = False
         return chan
 
-    def _send_frame(self, items: list) -> int:
+    def _send_frame(self, items: list, by_call: bool = False) -> int:
         """Send a prefix of ``items`` as one frame; returns how many it took: all, or
         fewer when the frame would pass the frame byte limit (the rest stay in the
         batch); 0 when the socket refused it or the frame must change path while frames
-        are outstanding. One tuple always goes, alone if it must."""
-        chan = self._channel()
+        are outstanding. One tuple always goes, alone if it must. ``by_call``: by actor
+        call whatever the path (an end marker sent again after a loss, when nothing is
+        outstanding: it must not be refused)."""
+        chan = None if by_call else self._channel()
+        if chan is _SWITCHING:
+            return 0
         limit = self._frame_limit if chan is None else min(self._frame_limit, chan.limit)
         n = len(items)
         try:

@@ -61,6 +61,8 @@ class Pair:
         self.sink = ActorSink(self._call, 2, 1, max_inflight, self.send_core)
         self.acks = AckReader(self.send_core.wakeup.set, lambda: self.stop)
         self.got: list = []
+        self.gate = threading.Event()  # actor calls complete only while it is set
+        self.gate.set()
 
     def _accept(self, src, frame):
         s, epoch, seq, items = decode_batch(frame, 1 << 26, len(self.recv.streams))
@@ -75,6 +77,7 @@ class Pair:
         fut: Future = Future()
 
         def run():
+            self.gate.wait()
             s, epoch, seq, items = decode_batch(frame, 1 << 26, len(self.recv.streams))
             fut.set_result(self.recv.inbound.accept_frame(s, seq, items, False, epoch,
                                                           len(frame))[0])
@@ -216,5 +219,23 @@ def test_malformed_wire_data_is_counted_and_dropped():
         assert msgpack is not None and len(ack) == 16  # (epoch 0, seq 0)
         p.drain()
         assert [e[2][0] for e in p.got] == [7]
+    finally:
+        p.close()
+
+
+def test_an_offered_channel_is_taken_only_once_the_calls_before_it_are_acknowledged():
+    p = Pair({})
+    try:
+        p.gate.clear()  # the receiver's actor calls hang (as while it restarts)
+        assert p.sink(_items(0, 5)) == 5 and p.sink.path == "call"
+        p.connect()
+        assert p.sink(_items(5, 5)) == 0  # switching: nothing new until the call is in
+        assert p.receiver.frames == 0
+        p.gate.set()
+        p.send_all([_items(5, 5), _items(10, 5)])
+        until(lambda: (p.drain(), len(p.got))[1] >= 15, 10, "every tuple", 0.005)
+        assert [e[2][0] for e in p.got] == list(range(15))
+        assert p.sink.path == "socket" and p.sink.call_frames == 1
+        assert p.sink.socket_frames == 2
     finally:
         p.close()
