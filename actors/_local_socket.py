@@ -182,17 +182,29 @@ class SocketReceiver:
         sel = self._sel
         try:
             while not self._stopped():
-                for key, _ in sel.select(0.5):
-                    if key.data is None:
-                        self._accept()
-                    else:
-                        self._readable(key.data)
+                try:
+                    events = sel.select(0.5)
+                except (OSError, ValueError):  # closed under us (shutdown)
+                    return
+                for key, _ in events:
+                    try:
+                        if key.data is None:
+                            self._accept()
+                        else:
+                            self._readable(key.data)
+                    except InterruptedError:
+                        raise
+                    except Exception as e:  # a bug: that peer goes (it falls back)
+                        self._on_bad(e)
+                        if key.data is not None:
+                            self._drop(key.data)
                 self._housekeeping()
-        except (OSError, ValueError) as e:  # the listener closed under us (shutdown)
-            if not self._stopped():
-                self._on_bad(e)
-        except InterruptedError:
+        except InterruptedError:  # the task stopped while an insert waited
             pass
+        finally:  # every sender sees end of file and falls back to actor calls
+            for peer in list(self._peers.values()):
+                self._drop(peer)
+            self.close()
 
     def _accept(self) -> None:
         try:
@@ -409,8 +421,12 @@ class AckReader:
                         pass
                     while not self._new.empty():
                         c = self._new.get()
-                        if not c.broken:
-                            sel.register(c.sock, selectors.EVENT_READ, c)
+                        if c.broken:
+                            continue
+                        stale = sel.get_map().get(c.sock.fileno())
+                        if stale is not None:  # a closed channel's fd, reused
+                            sel.unregister(stale.fd)
+                        sel.register(c.sock, selectors.EVENT_READ, c)
                     continue
                 last, gone = None, False
                 while True:
@@ -466,8 +482,8 @@ class SocketConnector:
     def _run(self) -> None:
         waiting: list = []
         while not self._stopped():
-            try:
-                job = self._jobs.get(timeout=0.2)
+            try:  # (idle, it wakes once a second only to see whether to stop)
+                job = self._jobs.get(timeout=0.1 if waiting else 1.0)
                 waiting.append(job)
             except queue.Empty:
                 pass
