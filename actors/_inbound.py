@@ -198,6 +198,8 @@ class Inbound:
                     report = r
             else:
                 try:
+                    if self.back_sources and not self.queue.is_empty_overflow():
+                        self._wait_for_back_edges(epoch)
                     self.queue.publish_all(
                         [(src_task, *it) for it in items],
                         lambda: self._interrupted() or epoch < self.min_epoch, nbytes,
@@ -213,6 +215,20 @@ class Inbound:
             st.next_seq = expected
             items, nbytes = early.pop(expected, (None, 0))
         return self._ack(src_task, expected - 1, before), report
+
+    def _wait_for_back_edges(self, epoch: int) -> None:
+        """A task on a cycle takes what came back round the cycle before new input: a
+        frame from this worker waits while the overflow (where a back edge's arrivals go
+        when the queue is full) is in use. Otherwise fresh input keeps the queue full,
+        the back edge's arrivals pass their cap, are dropped and replayed as fresh input
+        again, and the cycle never drains. No deadlock: the back edge never waits, and
+        this task drains its overflow without any sender's help. Returns when it is
+        empty, or the task stops, ends or rolls back (``publish_all`` then decides)."""
+        q = self.queue
+        idle = 0
+        while not q.is_empty_overflow() and not (
+                self._interrupted() or epoch < self.min_epoch):
+            idle = q._bp_wait.idle(idle)
 
     def _ack(self, src_task: int, ack: int, before: int | None = None) -> int:
         """The acknowledgement to return to ``src_task``: ``ack``, or while its sender is
