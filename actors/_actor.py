@@ -482,18 +482,18 @@ class ExecutorActor:
         control socket where one is open (same node), else by actor call."""
         for host, h in self._status_to:
             try:
-                self._send_control(("task", host), h, "task_status", report[:4])
+                self._send_status(("task", host), h, "task_status", report[:4])
             except Exception as e:  # a dead sender: its restart asks us (see _rejoin)
                 self.core.errors.report(e, "backpressure status")
         if self._transfer is None:  # one worker: nobody to tell (a back edge's overflow)
             return
         try:
-            self._send_control(("worker", self.core.worker), self._transfer, "task_status",
+            self._send_status(("worker", self.core.worker), self._transfer, "task_status",
                                report)
         except Exception as e:  # the transfer actor is gone: Ray restarts it
             self.core.errors.report(e, "backpressure report")
 
-    def _send_control(self, key, handle, method: str, args) -> None:
+    def _send_status(self, key, handle, method: str, args) -> None:
         """``handle.method(*args)`` as a control message (see ``ControlPlane.send``)."""
         call = functools.partial(lambda m, a: getattr(handle, m).remote(*a), method, args)
         if self._control is None:

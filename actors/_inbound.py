@@ -93,6 +93,7 @@ class Inbound:
         self.shedder = shedder
         self._stream_name = stream_name
         self._senders: dict[int, _Sender] = {}
+        self._sender_locks: dict[int, threading.Lock] = {}  # see accept_frame
         self._lock = threading.Lock()  # the policy's receiving state, the dropped roots
         self._report_seq = time.time_ns()  # above any report of an earlier incarnation
         #: this instance replaces one that died (Ray re-ran ``__init__``)
@@ -156,6 +157,17 @@ class Inbound:
                 with self._lock:
                     self._kept_markers.extend(kept)
             return None, None
+        # one sender's frames may come on two threads (an actor call and its socket, or
+        # an old incarnation's socket and the new one's calls): one at a time, so its
+        # order state is never advanced by a frame of another epoch
+        lock = self._sender_locks.get(src_task)
+        if lock is None:
+            lock = self._sender_locks.setdefault(src_task, threading.Lock())
+        with lock:
+            return self._accept_frame(src_task, seq, items, remote, epoch, nbytes)
+
+    def _accept_frame(self, src_task: int, seq: int, items: list, remote: bool, epoch: int,
+                      nbytes: int) -> tuple[int | None, tuple | None]:
         st = self._senders.get(src_task)
         if st is None:
             if src_task not in self.upstream and src_task != self.task_id:

@@ -63,6 +63,8 @@ _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _BURST = 32
 #: the smallest per-pair buffer (bytes): below it, frames would be cut too small
 MIN_BUFFER_BYTES = 16 * 1024
+#: connections that may wait for their handshake at once (more are refused)
+MAX_PENDING_HANDSHAKES = 64
 
 
 def supported() -> bool:
@@ -213,6 +215,17 @@ class SocketReceiver:
             return
         sock.setblocking(False)
         peer = _Peer(sock, time.monotonic() + HANDSHAKE_TIMEOUT_S)
+        try:
+            _, uid, _ = _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                     _CRED.size))
+        except OSError:
+            uid = -1
+        if uid != os.getuid():  # another user: refused before it can hold anything
+            self._refuse(peer, f"peer uid {uid} is not ours")
+            return
+        if sum(p.src is None for p in self._peers.values()) >= MAX_PENDING_HANDSHAKES:
+            self._refuse(peer, "too many connections waiting for their handshake")
+            return
         self._peers[sock.fileno()] = peer
         self._sel.register(sock, selectors.EVENT_READ, peer)
 
@@ -260,8 +273,8 @@ class SocketReceiver:
         else:
             try:
                 peer.sock.send(_OK)
-            except OSError as e:
-                self._refuse(peer, f"handshake reply failed ({e})")
+            except OSError:  # the sender gave up waiting (this reader was blocked): it
+                self._drop(peer)  # tries again, so this is no refusal
                 return
             peer.src = src
             self.connections += 1
@@ -282,17 +295,21 @@ class SocketReceiver:
             if n == 0:  # end of file: the sender closed or died
                 self._drop(peer)
                 return
+            # a bad frame leaves a gap in the pair's numbering: the connection goes, so
+            # the sender sees end of file and starts a new epoch (nothing acked is lost)
             if flags & socket.MSG_TRUNC:
                 self.malformed += 1
                 self._on_bad(ValueError(f"socket frame from task {peer.src} larger than "
                                         f"{len(buf) - 1} bytes (truncated, dropped)"))
-                continue
+                self._drop(peer)
+                return
             try:
                 res = self._accept_frame(peer.src, memoryview(buf)[:n])
             except ValueError as e:
                 self.malformed += 1
                 self._on_bad(e)
-                continue
+                self._drop(peer)
+                return
             self.frames += 1
             self.bytes += n
             if res is not None:
@@ -367,7 +384,9 @@ def open_channel(name: str, token: bytes, buffer_bytes: int, src_task: int,
     """
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer_bytes)
+        # the kernel doubles what it is given (for its own bookkeeping): half, so the
+        # pair holds about buffer_bytes
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer_bytes // 2)
         sock.settimeout(timeout)
         sock.connect(_abstract(name))
         sock.send(msgpack.packb([HELLO, token, src_task, dest_task]))
@@ -410,46 +429,56 @@ class AckReader:
             pass
 
     def _run(self) -> None:
-        sel, size = self._sel, ACK.size
         while not self._stopped():
-            for key, _ in sel.select(0.5):
-                chan = key.data
-                if chan is None:
+            try:
+                self._poll()
+            except Exception as e:  # never die: every sink of this actor waits on us
+                logger.warning("socket ack reader: %s: %s", type(e).__name__, e)
+                time.sleep(0.05)
+
+    def _poll(self) -> None:
+        sel, size = self._sel, ACK.size
+        for key, _ in sel.select(0.5):
+            chan = key.data
+            if chan is None:
+                try:
+                    self._r.recv(4096)
+                except OSError:
+                    pass
+                while not self._new.empty():
+                    c = self._new.get()
+                    if c.broken:
+                        continue
                     try:
-                        self._r.recv(4096)
-                    except OSError:
-                        pass
-                    while not self._new.empty():
-                        c = self._new.get()
-                        if c.broken:
-                            continue
                         stale = sel.get_map().get(c.sock.fileno())
                         if stale is not None:  # a closed channel's fd, reused
                             sel.unregister(stale.fd)
                         sel.register(c.sock, selectors.EVENT_READ, c)
-                    continue
-                last, gone = None, False
-                while True:
-                    try:
-                        data = chan.sock.recv(size)
-                    except BlockingIOError:
-                        break
-                    except OSError:
-                        gone = True
-                        break
-                    if len(data) != size:  # end of file (b""), or not an ack
-                        gone = True
-                        break
-                    last = ACK.unpack(data)
-                if last is not None:
-                    chan.acked = last
-                if gone:
-                    chan.broken = True
-                    try:
-                        sel.unregister(chan.sock)
-                    except (KeyError, ValueError, OSError):
-                        pass
-                self._wake()
+                    except (OSError, ValueError, KeyError):  # closed meanwhile
+                        c.broken = True
+                continue
+            last, gone = None, False
+            while True:
+                try:
+                    data = chan.sock.recv(size)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    gone = True
+                    break
+                if len(data) != size:  # end of file (b""), or not an ack
+                    gone = True
+                    break
+                last = ACK.unpack(data)
+            if last is not None:
+                chan.acked = last
+            if gone:
+                chan.broken = True
+                try:
+                    sel.unregister(chan.sock)
+                except (KeyError, ValueError, OSError):
+                    pass
+            self._wake()
 
 
 class SocketConnector:
@@ -494,20 +523,22 @@ class SocketConnector:
                 if self._stopped():
                     return
                 _, src, dest, fetch, offer, wanted, backoff = job
-                if not wanted():
-                    continue
                 try:
+                    if not wanted():
+                        continue
                     addr = fetch()
                     if addr is None:
                         continue  # not on this path (another node, or switched off)
                     chan = open_channel(*addr, src, dest)
+                    self._acks.add(chan)
+                    offer(chan)
                 except Exception as e:  # the peer restarts, or refused us: later
-                    self._on_error(e, f"socket to task {dest}")
+                    try:
+                        self._on_error(e, f"socket to task {dest}")
+                    except Exception:
+                        pass
                     waiting.append((time.monotonic() + backoff, src, dest, fetch, offer,
                                     wanted, min(5.0, backoff * 2)))
-                    continue
-                self._acks.add(chan)
-                offer(chan)
 
 
 #: the per-pair buffer of a control connection (backpressure statuses are small)

@@ -280,12 +280,17 @@ class ActorSink:
             chan = None
         offered = self._offered
         if offered is not None and offered is not chan:
-            if offered.broken:
-                self._offered = None
+            if offered.broken:  # its peer died before we took it: ask again
+                if self._offered is offered:
+                    self._offered = None
+                offered.close()
+                if self.on_channel_lost is not None:
+                    self.on_channel_lost(self)
             elif self.unacked() > 0:
                 return _SWITCHING  # no new frame until the old path is drained
             else:
-                self._offered = None
+                if self._offered is offered:
+                    self._offered = None
                 if chan is not None:
                     chan.close()
                 self._chan = chan = offered
@@ -304,6 +309,11 @@ class ActorSink:
         chan = None if by_call else self._channel()
         if chan is _SWITCHING:
             return 0
+        # reap and apply acknowledgements now: a loss found here starts a new epoch, which
+        # must happen before the frame takes its (epoch, seq)
+        outstanding = self.unacked()
+        if chan is not None and chan is not self._chan:  # it broke meanwhile
+            chan = None
         limit = self._frame_limit if chan is None else min(self._frame_limit, chan.limit)
         n = len(items)
         try:
@@ -315,20 +325,20 @@ class ActorSink:
             n = len(items)
             frame = self._encode_skipping_bad(items)
         if chan is not None and len(frame) <= chan.limit:
-            if not self._on_socket and self.unacked() > 0:
+            if not self._on_socket and outstanding > 0:
                 return 0  # actor calls still outstanding: one order, so wait for them
             if not chan.try_send(frame):
                 if not chan.broken:
                     self.socket_refusals += 1
                     return 0  # the receiver is not reading: full
-                self._channel()  # broken: a loss; this frame goes by actor call
+                self._drop_channel()  # a loss: a new epoch, and this frame by actor call
                 return self._send_frame(items)
             self._on_socket = True
             self.socket_frames += 1
             self.socket_bytes += len(frame)
             self._sent(n, len(items))
             return n
-        if self._on_socket and self.unacked() > 0:
+        if self._on_socket and outstanding > 0:
             return 0  # too large for the socket: by actor call once it is drained
         self._on_socket = False
         fut = self._send(frame).future()
