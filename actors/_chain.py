@@ -102,7 +102,7 @@ class ChainInserter:
 
     def entry(self, s: int):
         """The chained task's entry for an untracked data tuple on wire stream ``s``
-        (``StreamRouter.chained``): ``(values) -> bool``, :meth:`try_publish` of
+        (``StreamRouter.deliver``): ``(values) -> bool``, :meth:`try_publish` of
         ``(s, values)`` with the stream's names looked up once, not per tuple."""
         comp, sid, fields = self._streams[s]
         src, execute = self._src, self._execute
