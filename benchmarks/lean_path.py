@@ -16,10 +16,11 @@ Prints each run's ns per row (wall and thread CPU) and, with ``--profile``, cPro
 functions of one more run and the per-stage budget: each stage's share of that run's
 profiled time (the ``tottime`` of the functions in :data:`STAGES`), times the median
 unprofiled thread CPU per row. The profiler's own cost falls on every call, so the shares
-lean towards stages of many small calls: a budget to rank the stages, not a stopwatch. The last line is ``key=value``: ``ns_per_row`` (median wall),
-``cpu_ns_per_row`` (median thread CPU), ``best_cpu_ns_per_row`` (the least thread CPU of
-the runs: on a shared host the others carry its noise, as ``timeit`` reports its best),
-``rows_per_s``.
+lean towards stages of many small calls: a budget to rank the stages, not a stopwatch.
+
+The last line is ``key=value``: ``ns_per_row`` (median wall), ``cpu_ns_per_row`` (median
+thread CPU), ``best_cpu_ns_per_row`` (the least thread CPU of the runs: on a shared host
+the others carry its noise, as ``timeit`` reports its best), ``rows_per_s``.
 """
 
 from __future__ import annotations
