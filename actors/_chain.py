@@ -60,7 +60,7 @@ class ChainInserter:
     """
 
     __slots__ = ("_src", "_core", "_handle", "_execute", "_streams", "_pending",
-                 "_flush_pending", "batch", "batch_size", "transferred")
+                 "_flush_pending", "batch", "batch_size", "_markers")
 
     def __init__(self, src_task: int, link: ChainLink) -> None:
         core = link.core
@@ -74,8 +74,15 @@ class ChainInserter:
         #: always empty (read by ``Outbox``'s flushes and the collectors' ack folding)
         self.batch: list = []
         self.batch_size = 1
-        #: messages delivered
-        self.transferred = 0
+        self._markers = 0  # system-stream messages delivered (see transferred)
+
+    @property
+    def transferred(self) -> int:
+        """Messages delivered: the chained task's executes, each a data tuple from here
+        (its one input: the plan chains a bolt with one input, on a forward edge), and the
+        markers. Counted by the task, not per hand-over: this runs per tuple
+        (benchmarks/lean_path.py)."""
+        return self._core.executed + self._markers
 
     def sink_busy(self) -> bool:
         return False
@@ -87,7 +94,6 @@ class ChainInserter:
         ``finish()``, then its own end of stream (``ExecutorCore.end_in_chain``)."""
         if self._pending and not self._flush_pending():
             return False
-        self.transferred += 1
         s = msg[0]
         if s >= 0:  # a data tuple: BoltExecutor.handle's path without its checks (a chained
             comp, sid, fields = self._streams[s]  # bolt is never a batch bolt)
@@ -95,6 +101,7 @@ class ChainInserter:
                                 msg[2] if len(msg) > 2 else None))
             return True
         core = self._core
+        self._markers += 1
         self._handle((self._src, *msg))
         if msg[0] == EOS_STREAM and not core.upstream_open:
             core.end_in_chain()
@@ -102,7 +109,7 @@ class ChainInserter:
 
     def entry(self, s: int):
         """The chained task's entry for an untracked data tuple on wire stream ``s``
-        (``StreamRouter.chained``): ``(values) -> bool``, :meth:`try_publish` of
+        (``StreamRouter.deliver``): ``(values) -> bool``, :meth:`try_publish` of
         ``(s, values)`` with the stream's names looked up once, not per tuple."""
         comp, sid, fields = self._streams[s]
         src, execute = self._src, self._execute
@@ -111,7 +118,6 @@ class ChainInserter:
         def run(values) -> bool:
             if pending and not flush_pending():
                 return False
-            self.transferred += 1
             execute(Tuple(values, fields, comp, src, sid))
             return True
         return run

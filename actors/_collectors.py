@@ -29,6 +29,9 @@ class _Emitter:
         self._component_id = component_id
         self._streams = streams  # stream id → declared Fields (for errors)
         self.routers = routers
+        # the default stream's router (None if undeclared): most emits name no stream, and
+        # this spares them the look-up by name
+        self._default = routers.get(DEFAULT_STREAM)
         self._outbox = outbox
         self._pending = outbox.pending_emits
         self._inserters = outbox.inserters
@@ -83,16 +86,10 @@ class _Emitter:
                     pending.append((t, msg))
         return targets
 
-    def _send_one(self, r: StreamRouter, targets: tuple[int, ...], values) -> tuple[int, ...]:
-        """:meth:`_send` of an untracked tuple to its one target while nothing is held,
-        through the target's chained entry (``StreamRouter.chained``) when it has one."""
-        run = r.chained
-        if run is not None:
-            if not run(values):
-                self._pending.append((targets[0], (r.index, values)))
-        elif not self._inserters[targets[0]].try_publish(msg := (r.index, values)):
-            self._pending.append((targets[0], msg))
-        return targets
+    def _undelivered(self, r: StreamRouter, values) -> tuple[int, ...]:
+        """An untracked emit that ``r.deliver`` refused: it waits in ``pending_emits``."""
+        self._pending.append((r.fixed[0], (r.index, values)))
+        return r.fixed
 
     def _send_anchored(self, targets: tuple[int, ...], index: int, values,
                        anchors: list[list[int]]) -> tuple[int, ...]:
@@ -134,16 +131,16 @@ class SpoutCollector(_Emitter, SpoutOutputCollector):
         Raises:
             EmitError: an undeclared stream or a wrong number of values.
         """
-        r = self.routers.get(stream)
+        r = self._default if stream is DEFAULT_STREAM else self.routers.get(stream)
         if r is None or len(values) != r.arity:
             r = self._router(values, stream)  # raises, naming the stream
-        targets = r.fixed or r.route(values)
         self.emitted += 1
-        if msg_id is not None:
-            return self._tracked(r.index, values, targets, msg_id)
-        if len(targets) != 1 or self._pending:
-            return self._send(targets, (r.index, values))
-        return self._send_one(r, targets, values)  # the usual: one target, nothing held
+        if msg_id is None:
+            deliver = r.deliver
+            if deliver is not None and not self._pending:  # the usual: no routing at all
+                return r.fixed if deliver(values) else self._undelivered(r, values)
+            return self._send(r.fixed or r.route(values), (r.index, values))
+        return self._tracked(r.index, values, r.fixed or r.route(values), msg_id)
 
     def emit_direct(self, task: int, values, stream: str = DEFAULT_STREAM,
                     msg_id: Any = None) -> None:
@@ -194,6 +191,8 @@ class BoltCollector(_Emitter, OutputCollector):
         super().__init__(component_id, streams, routers, outbox, errors, flush_acks)
         self._ledger = ledger
         self.auto_ack = auto_ack
+        # no emit can be anchored unless acking is on and inputs are anchored for the bolt
+        self._untracked = ledger is None or not auto_ack
         #: the input being executed (auto-anchoring); set by the executor
         self.current: Tuple | None = None
         self.acked = 0
@@ -213,16 +212,16 @@ class BoltCollector(_Emitter, OutputCollector):
         Raises:
             EmitError: an undeclared stream or a wrong number of values.
         """
-        r = self.routers.get(stream)
+        r = self._default if stream is DEFAULT_STREAM else self.routers.get(stream)
         if r is None or len(values) != r.arity:
             r = self._router(values, stream)  # raises, naming the stream
-        targets = r.fixed or r.route(values)
         self.emitted += 1
-        if anchors is None and len(targets) == 1 and not self._pending:
-            a = self.current  # an untracked emit to one target (what _anchored would do)
-            if self._ledger is None or a is None or not a.anchors or not self.auto_ack:
-                return self._send_one(r, targets, values)
-        return self._anchored(r.index, values, targets, anchors)
+        deliver = r.deliver
+        if deliver is not None and anchors is None and not self._pending:
+            # untracked (what _anchored would decide): no routing at all
+            if self._untracked or (a := self.current) is None or not a.anchors:
+                return r.fixed if deliver(values) else self._undelivered(r, values)
+        return self._anchored(r.index, values, r.fixed or r.route(values), anchors)
 
     def emit_direct(self, task: int, values, stream: str = DEFAULT_STREAM,
                     anchors=None) -> None:

@@ -271,7 +271,7 @@ class ExecutorCore:
     def connect(self, sinks: dict[int, Sink]) -> None:
         """Give the executor one sink per destination task; must cover ``destinations``.
         The load-aware shuffles then weigh their targets by ``Outbox.load``, and a stream
-        routed to one chained task gets that task's entry (``StreamRouter.chained``).
+        routed to one task gets its untracked emit (``StreamRouter.deliver``).
 
         Raises:
             ValueError: a destination task has no sink.
@@ -280,7 +280,7 @@ class ExecutorCore:
         for router in self.collector.routers.values():
             router.bind_load(self.outbox.load)
             fixed = router.fixed
-            router.chained = (self.outbox.chained_entry(fixed[0], router.index)
+            router.deliver = (self.outbox.deliverer(fixed[0], router.index)
                               if fixed and len(fixed) == 1 else None)
 
     def apply_backpressure(self, status: BackPressureStatus) -> list[int]:

@@ -98,12 +98,20 @@ class Outbox:
         ins = self.inserters[dest]
         return max(load, 1.0) if len(ins.batch) >= ins.batch_size else load
 
-    def chained_entry(self, task: int, stream: int):
-        """The direct entry of ``task`` for wire stream ``stream`` when ``task`` is chained
-        into this executor (``ChainInserter.entry``: an untracked emit runs it at once), or
-        None when it is reached through a batch (connect time, not per tuple)."""
-        ins = self.inserters.get(task)
-        return ins.entry(stream) if isinstance(ins, ChainInserter) else None
+    def deliverer(self, task: int, stream: int) -> Callable[[list], bool]:
+        """The emit of an untracked tuple on wire stream ``stream`` to ``task``, ``(values)
+        -> bool`` (False: refused, nothing done; the caller then holds it in
+        ``pending_emits``): the chained task's entry when ``task`` runs in this executor
+        (``ChainInserter.entry``), else an append to its batch. Made at connect time, for
+        a stream routed to ``task`` alone (``StreamRouter.deliver``)."""
+        ins = self.inserters[task]
+        if isinstance(ins, ChainInserter):
+            return ins.entry(stream)
+        publish = ins.try_publish
+
+        def deliver(values) -> bool:
+            return publish((stream, values))
+        return deliver
 
     def reroute_within(self, stream: int, shuffle) -> None:
         """Emits on wire stream ``stream`` to a task of ``shuffle`` (an

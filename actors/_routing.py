@@ -234,7 +234,7 @@ class StreamRouter:
     """
 
     __slots__ = ("component", "stream", "index", "arity", "_subs", "direct_tasks", "_single",
-                 "fixed", "chained")
+                 "fixed", "deliver")
 
     def __init__(self, component: str, stream: str, index: int, fields: Fields,
                  subs: list[_Sub | LoadAwareShuffle], direct_tasks: frozenset[int]) -> None:
@@ -251,9 +251,10 @@ class StreamRouter:
         self.fixed: tuple[int, ...] | None = None
         if all(s.kind in ("all", "global") or len(s.tasks) == 1 for s in subs):
             self.fixed = tuple(t for s in subs for t in s.tasks)
-        #: when ``fixed`` is one task chained into this executor: its entry for an
-        #: untracked tuple, ``(values) -> bool`` (``ChainInserter.entry``; set at connect)
-        self.chained = None
+        #: when ``fixed`` is one task: the emit of an untracked tuple to it,
+        #: ``(values) -> bool`` (False: refused, nothing done), made once at connect
+        #: (``Outbox.deliverer``), so that emit does no routing and no per-tuple look-up
+        self.deliver = None
 
     def route(self, values) -> tuple[int, ...]:
         """Target task ids for ``values`` (possibly empty; shared, hence a tuple). Callers

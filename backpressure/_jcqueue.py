@@ -460,6 +460,8 @@ class JCQueue:
         """
         q = self._q
         limit = len(q)
+        if not limit and not self._overflow:  # (a spout's loop checks an empty queue often)
+            return 0
         if timed:
             n = self._consume_timed(q, self._qa, limit, handler, exit_cond)
         else:

@@ -595,3 +595,37 @@ def test_a_burst_of_next_tuple_calls_stops_at_max_spout_pending(skips):
         assert spout.latency_n in (9, 10)  # calls 1, 5, 9, ..., 37 timed (37 or 38 calls)
     finally:
         spout.stop()
+
+
+def test_a_chain_host_counts_exactly_with_sampled_timings():
+    """The chained pipeline in one thread (gen hosting double and keep, keep's emits to a
+    sink for count): with an execute timed every other tuple, every counter is exact, and
+    only the sampled executes are timed; each emit took the fixed route's deliver."""
+    from actors._chain import ChainLink
+    from cluster._plan import plan
+    from tests.components import build_chainable
+
+    n = 300
+    p = plan(build_chainable(n), {"topology.acker.executors": 0,
+                                  "topology.stats.sample.rate": 0.5})
+    topo, tw = p.topology, dict(p.task_worker)
+    task = {c: topo.component_tasks[c][0] for c in ("gen", "double", "keep", "count")}
+    gen, double, keep = (make_executor("t", topo, dict(p.conf), task[c], tw)
+                         for c in ("gen", "double", "keep"))
+    gen.host_chain([double, keep])
+    rows: list = []
+    gen.connect({task["double"]: ChainLink(double)})
+    double.connect({task["keep"]: ChainLink(keep)})
+    keep.connect({task["count"]: lambda items: rows.extend(items) or len(items)})
+    assert all(r.deliver is not None for c in (gen, double, keep)
+               for r in c.collector.routers.values())
+    gen.start()
+    assert gen.done.wait(10.0) and keep.done.is_set()
+    kept = sum(1 for i in range(n) if (2 * i) % 3 == 0)
+    assert [r[1][0] for r in rows if r[0] >= 0] == [2 * i for i in range(n) if (2 * i) % 3 == 0]
+    assert (gen.emitted, double.executed, double.emitted) == (n, n, n)
+    assert (keep.executed, keep.emitted, keep.acked) == (n, kept, n)
+    assert double.acked == n and double.failed == keep.failed == 0
+    assert double.latency_n == keep.latency_n == n // 2
+    assert gen.outbox.transferred() == n + 1 and double.outbox.transferred() == n + 1  # +EOS
+    assert keep.outbox.transferred() == kept + 1
