@@ -17,7 +17,10 @@ Rows of the table (same machine, same run, side by side):
 * ``storm_on_ray_chained``: this project on the pipeline built so that operator chaining
   applies (spout → map → filter joined by ``local_or_shuffle``, then a fields grouping into
   the count: ``components.build_chainable``), chaining on (the default);
-* ``storm_on_ray_unchained``: the same topology with ``topology.operator.chaining`` off;
+* ``storm_on_ray_unchained``: the same topology with ``topology.operator.chaining`` off
+  (frames between its executors over the same-node socket, the default);
+* ``storm_on_ray_unchained_calls``: the same again with ``topology.transfer.local.socket``
+  off too (one Ray actor call per frame), right after it;
 * ``bytewax``: Bytewax (the ``bench`` extra), one worker, ``TestingSource`` in batches of
   1,000, ``map`` → ``filter`` → ``count_final``, as a new user would write it (skipped,
   with a line saying so, where Bytewax is not installed).
@@ -31,13 +34,16 @@ use (Ray's memory summary). Flat means the second half's peak is within 10% of t
 
 Writes benchmarks/results/peers.json, peers.md (the table) and peers.png (the chart); the
 last line is ``key=value ...``, with ``bytewax_ratio`` (chained per-tuple rate /
-Bytewax's), ``chaining_speedup`` (chained / unchained rows/s) and
-``chaining_cpu_saving_pct`` (the executor CPU per row that chaining saves).
+Bytewax's), ``chaining_speedup`` (chained / unchained rows/s),
+``chaining_cpu_saving_pct`` (the executor CPU per row that chaining saves),
+``unchained_socket_vs_call`` (unchained rows/s, socket / actor calls) and
+``unchained_socket_cpu_saving_pct`` (the executor CPU per row the socket saves there).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import threading
 import time
@@ -50,6 +56,7 @@ import ray.cloudpickle
 
 import tests.components as pipeline
 from benchmarks._common import RESULTS, write_result
+from benchmarks.latency import path_verified, run_context, transfer_totals
 from benchmarks.throughput import expected_counts, ours, plain_loop, ray_data
 from cluster import LocalCluster
 
@@ -80,10 +87,11 @@ def _bincount(b: dict) -> dict:
 
 
 def ours_with_cpu(cluster: LocalCluster, n: int, conf: dict, topology,
-                  cpu: dict, key: str) -> tuple[float, dict]:
+                  cpu: dict, key: str, transfer: dict | None = None) -> tuple[float, dict]:
     """``throughput.ours`` that also records, in ``cpu[key]``, the CPU seconds its
     executor processes used from submit to completion (psutil, user + system): what
-    chaining saves when the cores are shared with other work."""
+    chaining saves when the cores are shared with other work; and, given ``transfer``,
+    in ``transfer[key]`` the tasks' transfer counters (``latency.transfer_totals``)."""
     handle = cluster.submit_topology("throughput", conf, topology)
     procs = [psutil.Process(ray.get(a.pid.remote())) for a in handle._executor_actors()]
     c0 = sum(sum(p.cpu_times()[:2]) for p in procs)
@@ -91,6 +99,8 @@ def ours_with_cpu(cluster: LocalCluster, n: int, conf: dict, topology,
     assert handle.wait(600), handle.stats().summary()
     dt = time.perf_counter() - t0
     cpu[key] = sum(sum(p.cpu_times()[:2]) for p in procs) - c0
+    if transfer is not None:
+        transfer[key] = transfer_totals(handle.stats())
     got = {k: c for *_, (k, c) in handle.collected("sink")}
     cluster.kill_topology("throughput")
     return dt, got
@@ -301,6 +311,7 @@ LABELS = {
     "ray_actor_queue_chain": "Ray actors + ray.util.queue.Queue",
     "storm_on_ray_chained": "storm-on-ray, chainable pipeline, chaining on",
     "storm_on_ray_unchained": "storm-on-ray, chainable pipeline, chaining off",
+    "storm_on_ray_unchained_calls": "storm-on-ray, chaining off, actor calls, no socket",
     "bytewax": "Bytewax 0.21, one worker",
 }
 
@@ -355,10 +366,13 @@ def main() -> None:
     ap.add_argument("--work-us", type=float, default=40.0)
     args = ap.parse_args()
     n, nq = args.tuples, args.queue_tuples
+    context = run_context()
     ray.cloudpickle.register_pickle_by_value(pipeline)
     cluster = LocalCluster(num_cpus=2)
     ray.data.DataContext.get_current().enable_progress_bars = False
     cpu: dict = {}  # row → CPU seconds of its executor processes
+    transfer: dict = {}  # row → its tasks' transfer counters
+    unchained = {**CONF, "topology.operator.chaining": False}
     runs = {
         "plain_loop": (n, lambda: plain_loop(n)),
         "storm_on_ray_per_tuple": (n, lambda: ours(cluster, n, CONF)),
@@ -370,8 +384,11 @@ def main() -> None:
         "storm_on_ray_chained": (n, lambda: ours_with_cpu(
             cluster, n, CONF, pipeline.build_chainable(n), cpu, "storm_on_ray_chained")),
         "storm_on_ray_unchained": (n, lambda: ours_with_cpu(
-            cluster, n, {**CONF, "topology.operator.chaining": False},
-            pipeline.build_chainable(n), cpu, "storm_on_ray_unchained")),
+            cluster, n, unchained, pipeline.build_chainable(n), cpu,
+            "storm_on_ray_unchained", transfer)),
+        "storm_on_ray_unchained_calls": (n, lambda: ours_with_cpu(
+            cluster, n, {**unchained, "topology.transfer.local.socket": False},
+            pipeline.build_chainable(n), cpu, "storm_on_ray_unchained_calls", transfer)),
     }
     try:
         import bytewax  # noqa: F401
@@ -396,6 +413,17 @@ def main() -> None:
               "executor_cpu_us_per_row": {k: cpu[k] / rows[k] * 1e6 for k in cpu},
               "chaining_cpu_saving_pct": 100 * (1 - cpu["storm_on_ray_chained"]
                                                 / cpu["storm_on_ray_unchained"]),
+              "unchained_socket_vs_call": rates["storm_on_ray_unchained"]
+              / rates["storm_on_ray_unchained_calls"],
+              "unchained_socket_cpu_saving_pct": 100 * (
+                  1 - cpu["storm_on_ray_unchained"] / cpu["storm_on_ray_unchained_calls"]),
+              "transfer": transfer,
+              "paths_verified": {
+                  "storm_on_ray_unchained": path_verified(
+                      "socket", transfer["storm_on_ray_unchained"]),
+                  "storm_on_ray_unchained_calls": path_verified(
+                      "call", transfer["storm_on_ray_unchained_calls"])},
+              "run": context,
               "bytewax_ratio": (rates["storm_on_ray_chained"] / rates["bytewax"]
                                 if "bytewax" in rates else None)}
     result["slow_consumer"] = slow_runs(cluster, args.slow_s, args.work_us)
@@ -404,6 +432,7 @@ def main() -> None:
     table = markdown(result)
     (RESULTS / "peers.md").write_text(table)
     chart(result, RESULTS / "peers.png")
+    result["load_avg_1_5_15_end"] = [round(x, 2) for x in os.getloadavg()]
     write_result("peers", result)
     print(table)
     ours_mem = result["slow_consumer"]["storm_on_ray_per_tuple"]
@@ -416,7 +445,10 @@ def main() -> None:
           f"{result['slow_consumer']['ray_data_per_row']['growth_pct']} "
           f"chaining_speedup={result['chaining_speedup']:.2f} "
           f"chaining_cpu_saving_pct={result['chaining_cpu_saving_pct']:.1f} "
-          f"bytewax_ratio={_fmt(result['bytewax_ratio'])}", flush=True)
+          f"bytewax_ratio={_fmt(result['bytewax_ratio'])} "
+          f"unchained_socket_vs_call={result['unchained_socket_vs_call']:.2f} "
+          f"unchained_socket_cpu_saving_pct="
+          f"{result['unchained_socket_cpu_saving_pct']:.1f}", flush=True)
     cluster.shutdown()
 
 
