@@ -23,12 +23,12 @@ import ray
 
 from actors._chain import ChainLink
 from actors._codec import FrameError, decode_batch, decode_status
+from actors._control_socket import ControlPlane
 from actors._coordinator import coordinator_name
 from actors._factory import make_executor
 from actors._gc import freeze_startup_objects, tune_gc
 from actors._local_socket import (
     AckReader,
-    ControlPlane,
     SocketConnector,
     SocketReceiver,
     pair_buffer_bytes,
@@ -494,14 +494,11 @@ class ExecutorActor:
             self.core.errors.report(e, "backpressure report")
 
     def _send_status(self, key, handle, method: str, args) -> None:
-        """``handle.method(*args)`` as a control message (see ``ControlPlane.send``)."""
-        call = functools.partial(lambda m, a: getattr(handle, m).remote(*a), method, args)
+        """``handle.method(*args)`` as a control message (``ControlPlane.send_call``)."""
         if self._control is None:
-            call()
-            return
-        node = self._node_id
-        self._control.send(key, method, args, call, lambda: ray.get(
-            handle.control_address.remote(os.getpid(), node), timeout=30))
+            getattr(handle, method).remote(*args)
+        else:
+            self._control.send_call(key, handle, method, args, self._node_id)
 
     @ray.method(concurrency_group="control")
     def control_address(self, pid: int, node_id: str) -> tuple | None:

@@ -57,9 +57,10 @@ from actors._codec import (
     decode_transfer,
     encode_status,
 )
+from actors._control_socket import ControlPlane
 from actors._errors import LogThrottle
 from actors._gc import tune_gc
-from actors._local_socket import ControlPlane, supported
+from actors._local_socket import supported
 from actors._routing import TASK, WORKER, actor_name
 from actors._store import first_start
 from backpressure import BackPressureStatus, RemoteBackPressure, WorkerBackPressure
@@ -276,15 +277,11 @@ class TransferActor:
 
     def _send_control(self, key, handle, method: str, args: tuple) -> None:
         """``handle.method(*args)``: over a control socket to an actor of this node once
-        one is open, else by actor call (``ControlPlane.send``)."""
-        def call():
-            getattr(handle, method).remote(*args)
+        one is open, else by actor call (``ControlPlane.send_call``)."""
         if self._control is None:
-            call()
-            return
-        node = self._node_id
-        self._control.send(key, method, args, call, lambda: ray.get(
-            handle.control_address.remote(os.getpid(), node), timeout=30))
+            getattr(handle, method).remote(*args)
+        else:
+            self._control.send_call(key, handle, method, args, self._node_id)
 
     @ray.method(concurrency_group="control")
     def control_address(self, pid: int, node_id: str) -> tuple | None:

@@ -227,3 +227,21 @@ def test_malformed_wire_data_is_counted_and_dropped_with_its_connection():
         assert [e[2][0] for e in p.got] == [7] and p.receiver.frames == 1
     finally:
         p.close()
+
+
+def test_an_offered_channel_is_taken_only_once_the_calls_before_it_are_acknowledged():
+    p = Pair({})
+    try:
+        p.gate.clear()  # the receiver's actor calls hang (as while it restarts)
+        assert p.sink(_items(0, 5)) == 5 and p.sink.path == "call"
+        p.connect()
+        assert p.sink(_items(5, 5)) == 0  # switching: nothing new until the call is in
+        assert p.receiver.frames == 0
+        p.gate.set()
+        p.send_all([_items(5, 5), _items(10, 5)])
+        until(lambda: (p.drain(), len(p.got))[1] >= 15, 10, "every tuple", 0.005)
+        assert [e[2][0] for e in p.got] == list(range(15))
+        assert p.sink.path == "socket" and p.sink.call_frames == 1
+        assert p.sink.socket_frames == 2
+    finally:
+        p.close()
