@@ -52,7 +52,7 @@ def test_slow_task_holds_only_its_senders(cluster, name, direct):
     holds, and a fast bolt fed by the throttled spout is never named backlogged. On both
     status paths: the slow task's executor telling its sender itself, and Storm's
     worker-level one through the two transfer actors."""
-    n_fast = 100_000
+    n_fast = 40_000
     b = TopologyBuilder()
     b.set_spout("s1_src", SeqSpout(n_fast))  # task 1, worker 0
     b.set_bolt("s2_fast", PassBolt(), 1).shuffle_grouping("s1_src")  # task 2, worker 1
