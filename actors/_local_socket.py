@@ -184,8 +184,11 @@ class SocketReceiver:
         sel = self._sel
         try:
             while not self._stopped():
+                # an acknowledgement the kernel refused is retried soon, not at the next
+                # frame: its sender's window may wait on it
+                retry = any(p.pending_ack is not None for p in self._peers.values())
                 try:
-                    events = sel.select(0.5)
+                    events = sel.select(0.002 if retry else 0.5)
                 except (OSError, ValueError):  # closed under us (shutdown)
                     return
                 for key, _ in events:
