@@ -23,18 +23,11 @@ import ray
 
 from actors._chain import ChainLink
 from actors._codec import FrameError, decode_batch, decode_status
-from actors._control_socket import ControlPlane
+from actors._control_socket import send_call
 from actors._coordinator import coordinator_name
+from actors._executor_sockets import ExecutorSockets
 from actors._factory import make_executor
 from actors._gc import freeze_startup_objects, tune_gc
-from actors._local_socket import (
-    AckReader,
-    SocketConnector,
-    SocketReceiver,
-    pair_buffer_bytes,
-    socket_name,
-    supported,
-)
 from actors._metrics import RayMetricsExport, TaskMetrics
 from actors._routing import TASK, WORKER, actor_name
 from actors._sink import ActorSink, _deliver
@@ -108,17 +101,9 @@ class ExecutorActor:
         self._status_to: list = []
         self._direct = bool(self.core.conf["topology.backpressure.status.direct"])
         self._checkpoints = None  # the checkpoint coordinator (fetched by name)
-        # the same-node socket path (actors/_local_socket.py): this actor's listening
-        # socket (made at the first sender's request), and its senders' ack reader and
-        # connector threads (made with the first same-worker sink)
-        self._socket_on = bool(conf["topology.transfer.local.socket"]) and supported()
-        self._node_id = ray.get_runtime_context().get_node_id()
-        self._receiver: SocketReceiver | None = None
-        self._socket_lock = threading.Lock()
-        self._connector: SocketConnector | None = None
-        #: backpressure statuses to and from actors of this node over sockets
-        self._control = (ControlPlane(task_id, prefix, self._bad_frame,
-                                      lambda: self.core._stop) if self._socket_on else None)
+        # the same-node socket path: frames and backpressure statuses between actors
+        # of this node over Unix sockets (actors/_executor_sockets.py)
+        self._sockets = ExecutorSockets(self.core, self.cores, prefix, self._bad_frame)
         self._status_lock = threading.Lock()  # statuses arrive on two threads
         rejoining = prefix is not None and not first_start(prefix,
                                                            actor_name(None, TASK, task_id))
@@ -309,8 +294,8 @@ class ExecutorActor:
             if w == core.worker:
                 send = handles[t].receive_remote.remote if back else handles[t].receive.remote
                 s = ActorSink(send, core.task_id, t, core.policy.credits(t), core)
-                if self._socket_on and not back:  # (a back edge's receiver never blocks)
-                    self._open_socket(core, s, handles[t])
+                if self._sockets.on and not back:  # (a back edge's receiver never blocks)
+                    self._sockets.open(core, s, handles[t])
             else:
                 if w not in transfers:
                     raise ValueError(f"task {core.task_id}: task {t} is in worker {w}, which "
@@ -322,33 +307,6 @@ class ExecutorActor:
             sinks[t] = s
         core.connect(sinks)
 
-    def _open_socket(self, core, sink: ActorSink, handle) -> None:
-        """Ask this actor's connector for a socket from ``core``'s task to ``sink``'s
-        destination (again whenever the channel breaks); frames go by actor call until
-        it is open. See ``actors._local_socket``."""
-        if self._connector is None:
-            stopped = lambda: self.core._stop  # noqa: E731
-            self._connector = SocketConnector(AckReader(self.core.wakeup.set, stopped),
-                                              stopped, self._socket_error)
-        src, dest, pid = core.task_id, sink.dest, os.getpid()
-
-        def fetch():
-            return ray.get(handle.socket_address.remote(src, dest, pid, self._node_id),
-                           timeout=30)
-
-        def lost(s: ActorSink) -> None:
-            self._connector.request(src, dest, fetch, s.offer_channel,
-                                    lambda: not core._stop, delay=0.05)
-
-        sink.on_channel_lost = lost
-        self._connector.request(src, dest, fetch, sink.offer_channel, lambda: not core._stop)
-
-    def _socket_error(self, e: Exception, where: str) -> None:
-        core = self.core
-        if core.log_throttle.allow("socket_error"):
-            logger.info("%s:%d: %s: %s (frames go by actor call meanwhile)",
-                        core.component_id, core.task_id, where, e)
-
     @ray.method(concurrency_group="control")
     def socket_address(self, src_task: int, dest_task: int, pid: int,
                        node_id: str) -> tuple | None:
@@ -357,32 +315,7 @@ class ExecutorActor:
         per-pair buffer bytes)``, or None when frames must go by actor call (another
         node, the socket path off, a task this actor does not receive for). The listening
         socket and its reader thread start at the first request."""
-        core = self.core
-        if not self._socket_on or node_id != self._node_id or dest_task != core.task_id:
-            return None
-        with self._socket_lock:
-            if self._receiver is None:
-                senders = sum(1 for t in core.inbound.upstream
-                              if core.task_worker.get(t, 0) == core.worker
-                              and t not in self.cores and t not in core.back_sources)
-                bound = core.conf["topology.executor.receive.buffer.bytes"] or 0
-                self._receiver = SocketReceiver(
-                    socket_name(self._prefix, core.task_id), core.task_id,
-                    self._socket_frame, self._bad_frame, lambda: core._stop,
-                    pair_buffer_bytes(bound, senders))
-            self._receiver.expect(src_task, pid)
-            return self._receiver.address()
-
-    def _socket_frame(self, src: int, frame) -> tuple[int, int] | None:
-        """One frame from ``src``'s socket (the reader thread), inserted as
-        :meth:`receive` does; returns the acknowledgement ``(epoch, ack)`` to write back
-        (None: nothing to acknowledge)."""
-        core = self.core
-        s, epoch, seq, items = decode_batch(frame, self._max_frame, len(core.streams))
-        if s != src:
-            raise FrameError(f"a frame of task {s} on the socket of task {src}")
-        ack = core.inbound.accept_frame(s, seq, items, False, epoch, len(frame))[0]
-        return None if ack is None else (epoch, ack)
+        return self._sockets.address(src_task, dest_task, pid, node_id)
 
     @ray.method(concurrency_group="control")
     def start(self) -> None:
@@ -494,20 +427,14 @@ class ExecutorActor:
             self.core.errors.report(e, "backpressure report")
 
     def _send_status(self, key, handle, method: str, args) -> None:
-        """``handle.method(*args)`` as a control message (``ControlPlane.send_call``)."""
-        if self._control is None:
-            getattr(handle, method).remote(*args)
-        else:
-            self._control.send_call(key, handle, method, args, self._node_id)
+        send_call(self._sockets.control, key, handle, method, args, self._sockets.node_id)
 
     @ray.method(concurrency_group="control")
     def control_address(self, pid: int, node_id: str) -> tuple | None:
         """The control socket of this actor for a peer in process ``pid`` on node
         ``node_id``: ``(name, token, buffer bytes)``, or None (another node, or off)."""
-        if self._control is None or node_id != self._node_id:
-            return None
-        return self._control.address(pid, {"task_status": self.task_status,
-                                           "apply_backpressure": self.apply_backpressure})
+        return self._sockets.control_address(pid, node_id, {
+            "task_status": self.task_status, "apply_backpressure": self.apply_backpressure})
 
     @ray.method(concurrency_group="remote", enable_task_events=False)
     def receive_remote(self, frame: bytes) -> int | None:
@@ -614,8 +541,8 @@ class ExecutorActor:
         core = self._core(task)
         m = getattr(self, "_metrics", {}).get(core.task_id)
         return core.stats(m.last if m is not None else None).with_sinks(
-            self._sinks[core.task_id], self._receiver if core is self.core else None,
-            self._control if core is self.core else None)
+            self._sinks[core.task_id], *((self._sockets.receiver, self._sockets.control)
+                                         if core is self.core else (None, None)))
 
     @ray.method(concurrency_group="control")
     def collected(self, task: int | None = None) -> list:
@@ -671,10 +598,7 @@ class ExecutorActor:
     @ray.method(concurrency_group="control")
     def shutdown(self) -> None:
         self.core.stop()
-        if self._receiver is not None:
-            self._receiver.close()
-        if self._control is not None:
-            self._control.close()
+        self._sockets.close()
 
     @ray.method(concurrency_group="wait")
     def wait_done(self, timeout: float | None = None) -> bool:

@@ -124,18 +124,6 @@ class ControlPlane:
         self.call_sent += 1
         call()
 
-    def send_call(self, key, handle, method: str, args, node_id: str) -> None:
-        """``handle.method(*args)`` on a Ray actor handle, as a control message (see
-        :meth:`send`); the channel is asked of that actor's ``control_address(pid,
-        node_id)``, which answers None off ``node_id``."""
-        import ray
-
-        def call() -> None:
-            getattr(handle, method).remote(*args)
-
-        self.send(key, method, args, call, lambda: ray.get(
-            handle.control_address.remote(os.getpid(), node_id), timeout=30))
-
     def _connect(self, key, fetch: Callable, delay: float) -> None:
         with self._connect_lock:
             if self._connector is None:
@@ -158,3 +146,21 @@ class ControlPlane:
     def close(self) -> None:
         if self._receiver is not None:
             self._receiver.close()
+
+
+def send_call(control: ControlPlane | None, key, handle, method: str, args,
+              node_id: str) -> None:
+    """``handle.method(*args)`` on a Ray actor handle: by ``control`` as a control message
+    (see :meth:`ControlPlane.send`; the channel is asked of that actor's
+    ``control_address(pid, node_id)``, which answers None off ``node_id``), or by actor
+    call when ``control`` is None (the socket path off)."""
+    import ray
+
+    def call() -> None:
+        getattr(handle, method).remote(*args)
+
+    if control is None:
+        call()
+        return
+    control.send(key, method, args, call, lambda: ray.get(
+        handle.control_address.remote(os.getpid(), node_id), timeout=30))

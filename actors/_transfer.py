@@ -57,7 +57,7 @@ from actors._codec import (
     decode_transfer,
     encode_status,
 )
-from actors._control_socket import ControlPlane
+from actors._control_socket import ControlPlane, send_call
 from actors._errors import LogThrottle
 from actors._gc import tune_gc
 from actors._local_socket import supported
@@ -276,12 +276,7 @@ class TransferActor:
         self._count("statuses_sent")
 
     def _send_control(self, key, handle, method: str, args: tuple) -> None:
-        """``handle.method(*args)``: over a control socket to an actor of this node once
-        one is open, else by actor call (``ControlPlane.send_call``)."""
-        if self._control is None:
-            getattr(handle, method).remote(*args)
-        else:
-            self._control.send_call(key, handle, method, args, self._node_id)
+        send_call(self._control, key, handle, method, args, self._node_id)
 
     @ray.method(concurrency_group="control")
     def control_address(self, pid: int, node_id: str) -> tuple | None:
