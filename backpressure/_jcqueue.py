@@ -558,17 +558,25 @@ class JCQueue:
         return self._dropped
 
     def metrics(self) -> JCQueueMetrics:
-        """A snapshot of the queue metrics (see :class:`JCQueueMetrics`)."""
-        pop = len(self._q)
+        """A snapshot of the queue metrics (see :class:`JCQueueMetrics`).
+
+        Counts and bytes are read together under the producers' lock, so no insert is seen
+        half done. An empty deque reports 0 bytes: the consumer pops an element just before
+        its insert's bytes leave, and what is in its hand is no longer queued.
+        """
         with self._lock:
             rate = self._arrivals.rate()
+            pop = len(self._q)
+            qbytes = self._qa.queued_bytes if pop else 0
+            ov = len(self._overflow)
+            ovbytes = self._ova.queued_bytes if ov else 0
         return JCQueueMetrics(
             capacity=self.capacity, population=pop, pct_full=pop / self.capacity,
-            overflow=len(self._overflow), arrival_rate_secs=rate,
+            overflow=ov, arrival_rate_secs=rate,
             sojourn_time_ms=pop / max(rate, 1e-5) * 1000.0,
             insert_failures=self._insert_failures, dropped_messages=self._dropped,
-            capacity_bytes=self.capacity_bytes, population_bytes=self._qa.queued_bytes,
-            overflow_bytes=self._ova.queued_bytes)
+            capacity_bytes=self.capacity_bytes, population_bytes=qbytes,
+            overflow_bytes=ovbytes)
 
     def __repr__(self) -> str:
         return (f"JCQueue({self.name!r}, {len(self._q)}/{self.capacity}, "

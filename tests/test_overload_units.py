@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 
 import pytest
@@ -94,6 +96,36 @@ def test_metrics_report_bytes():
     q.try_fill([1, 2], 300)
     m = q.metrics()
     assert (m.capacity_bytes, m.population_bytes, m.overflow_bytes) == (1000, 300, 0)
+
+
+def test_metrics_never_show_bytes_beyond_the_bound_without_the_element():
+    """A producer and a consumer move one oversized element (admitted alone into the empty
+    queue) in and out while another thread samples metrics: every sample that holds more
+    than the byte bound holds exactly that one element."""
+    q = JCQueue("r", 100, capacity_bytes=1000)
+    stop = time.monotonic() + 1.0
+    bad = []
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    def produce():
+        while time.monotonic() < stop:
+            q.try_fill(["big"], 5000)
+    def sample():
+        while time.monotonic() < stop:
+            m = q.metrics()
+            if m.population_bytes > 1000 and m.population != 1:
+                bad.append((m.population, m.population_bytes))
+    threads = [threading.Thread(target=produce), threading.Thread(target=sample)]
+    try:
+        for t in threads:
+            t.start()
+        while time.monotonic() < stop:
+            q.consume(lambda el: None)
+    finally:
+        for t in threads:
+            t.join()
+        sys.setswitchinterval(old)
+    assert not bad, bad[:5]
 
 
 # -- sojourn times ----------------------------------------------------------------------
