@@ -127,8 +127,12 @@ def test_the_plan_chains_forward_edges_only():
 # -- chained against unchained on Ray ------------------------------------------------------
 
 
-@CHAINING
-@pytest.mark.parametrize("workers", ["1worker", "2workers"], indirect=True)
+# chained on both layouts; unchained once, as the control (the unchained path between
+# workers is every other 2-worker test's)
+@pytest.mark.parametrize(("workers", "chaining"),
+                         [("1worker", True), ("2workers", True), ("1worker", False)],
+                         ids=["1worker-chained", "2workers-chained", "1worker-unchained"],
+                         indirect=["workers"])
 def test_a_chained_pipeline_equals_the_unchained_one(cluster, name, workers, chaining):
     """Same counts, every tree acked, each chained component with its own tasks and
     counts in stats, and each chained bolt's ``finish()`` (its tally) before its end of

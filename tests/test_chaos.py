@@ -68,7 +68,7 @@ def test_killed_bolt_is_restarted_and_the_stream_completes(cluster, workers, nam
 
 
 @pytest.mark.parametrize("in_spouts,policy,wanted,n", [
-    (False, "storm2", 8, 100_000),
+    (False, "storm2", 8, 60_000),
     # the other forms kill one actor of each kind (FIRST_KILLS), on a shorter stream:
     # acking in the spouts, and every other flow-control policy with ackers (nothing lost,
     # no deadlock, across restarts under each)

@@ -40,6 +40,8 @@ def _run(cluster, name, builder, conf=None, timeout=120):
         cluster.kill_topology(name)
 
 
+# the groupings on this node: the cross-node path is test_per_upstream_order's
+@pytest.mark.parametrize("workers", SAME_NODE_LAYOUTS, indirect=True)
 def test_shuffle_fields_all_global(cluster, workers, name):
     b = TopologyBuilder()
     b.set_spout("src", SeqSpout(2000, keys=50), 2)

@@ -81,8 +81,11 @@ def _run(cluster, name, rows, bolt, conf, spout_tasks=2):
         cluster.kill_topology(name)
 
 
-@pytest.mark.parametrize("workers", ["1worker", "2workers"], indirect=True)
-@pytest.mark.parametrize("length,slide", [(50, 50), (60, 20)], ids=["tumbling", "sliding"])
+# each window kind once, one on each layout: the kinds' arithmetic is test_windows' (no
+# Ray), the watermark from two workers' spouts is the 2-worker form's
+@pytest.mark.parametrize(("workers", "length", "slide"),
+                         [("1worker", 50, 50), ("2workers", 60, 20)],
+                         ids=["tumbling-1worker", "sliding-2workers"], indirect=["workers"])
 def test_event_time_windows_equal_spark_sqls_window_and_ack_every_tuple(
         cluster, name, workers, length, slide):
     """Two spout tasks read interleaved parts of a sorted list (per upstream task
