@@ -18,17 +18,13 @@ SPARK_FIXTURES = frozenset({"spark"})
 def pytest_collection_modifyitems(config, items):
     """Mark every test that uses a Ray or Spark fixture (directly or through another
     fixture) ``ray`` or ``spark``, so ``-m "not ray and not spark"`` runs only the tests
-    that need neither; a test that starts Ray itself carries the mark in its module. Then
-    move the tests that use the session's Spark to the end."""
+    that need neither; a test that starts Ray itself carries the mark in its module."""
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         if used & SPARK_FIXTURES:
             item.add_marker(pytest.mark.spark)
         if used & RAY_FIXTURES:
             item.add_marker(pytest.mark.ray)
-    # the tests on the session's Spark run last (in their order), so its JVMs, which take
-    # about a tenth of a core while idle, live only while those tests run
-    items.sort(key=lambda it: bool(set(getattr(it, "fixturenames", ())) & SPARK_FIXTURES))
 
 # For the session's cluster only: ray.cluster_utils.Cluster sets up no token of its own
 # (Ray 2.60), and this process joins it at an explicit address, for which Ray never turns
