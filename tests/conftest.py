@@ -15,6 +15,24 @@ RAY_FIXTURES = frozenset({"cluster", "ray_head", "spark"})
 SPARK_FIXTURES = frozenset({"spark"})
 
 
+def pytest_configure(config):
+    """Compile the project's modules to bytecode once, before any Ray worker starts.
+
+    Every executor, transfer and acker actor is a fresh Python process that imports the
+    project; where ``PYTHONDONTWRITEBYTECODE`` is set (CI's environment sets it) no import
+    writes ``__pycache__``, so each process would compile the same sources again.
+    ``compileall`` writes the cache regardless; imports then read it (git ignores it).
+    """
+    import compileall
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    for package in ("actors", "topology", "backpressure", "cluster", "connectors",
+                    "examples", "tests"):
+        if (root / package).is_dir():
+            compileall.compile_dir(str(root / package), quiet=1)
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark every test that uses a Ray or Spark fixture (directly or through another
     fixture) ``ray`` or ``spark``, so ``-m "not ray and not spark"`` runs only the tests
