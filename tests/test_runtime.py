@@ -3,7 +3,9 @@ errors. One Ray for the session (conftest ``cluster``). Every scenario whose pat
 where the tasks run (routing, order, end of stream, backpressure, control calls, kill) runs
 once per conftest ``workers`` layout: 1 worker, 2 workers on one node, 3 workers spread over
 3 nodes. The checks that end before any tuple crosses a worker (user errors, bad emits,
-invalid submissions, frames injected into one executor, ``run``) run once, on 1 worker."""
+invalid submissions, frames injected into one executor, ``run``) run once, on 1 worker.
+No spout here emits with a msg id, so every topology runs without acker tasks
+(``NO_ACKERS``): acking is test_acking's."""
 
 from __future__ import annotations
 
@@ -28,10 +30,15 @@ from topology import CollectorBolt, ConfigError, IterableSpout, TopologyBuilder,
 
 pytestmark = pytest.mark.ray
 
+#: no acker tasks: nothing here is tracked, and an acker is one more actor to start
+NO_ACKERS = {"topology.acker.executors": 0}
+
 
 def _run(cluster, name, builder, conf=None, timeout=120):
-    """Run to completion; returns the final stats and every collector's tuples."""
-    handle = cluster.submit_topology(name, conf or {}, builder.create_topology())
+    """Run to completion without ackers; returns the final stats and every collector's
+    tuples."""
+    handle = cluster.submit_topology(name, {**NO_ACKERS, **(conf or {})},
+                                     builder.create_topology())
     try:
         assert handle.wait(timeout), handle.stats().summary()
         return handle.stats(), {c: handle.collected(c) for c in handle.topology.components
@@ -45,10 +52,10 @@ def _run(cluster, name, builder, conf=None, timeout=120):
 def test_shuffle_fields_all_global(cluster, workers, name):
     b = TopologyBuilder()
     b.set_spout("src", SeqSpout(2000, keys=50), 2)
-    b.set_bolt("shuffled", CollectorBolt(), 3).shuffle_grouping("src")
-    b.set_bolt("keyed", CollectorBolt(), 3).fields_grouping("src", ["key"])
+    b.set_bolt("shuffled", CollectorBolt(), 2).shuffle_grouping("src")
+    b.set_bolt("keyed", CollectorBolt(), 2).fields_grouping("src", ["key"])
     b.set_bolt("every", CollectorBolt(), 2).all_grouping("src")
-    b.set_bolt("one", CollectorBolt(), 3).global_grouping("src")
+    b.set_bolt("one", CollectorBolt(), 2).global_grouping("src")
     b.set_bolt("none", CollectorBolt(), 2).none_grouping("src")
     b.set_bolt("local", CollectorBolt(), 2).local_or_shuffle_grouping("src")
     stats, got = _run(cluster, name, b, workers.conf())
@@ -88,30 +95,30 @@ def test_direct_grouping(cluster, workers, name):
     b = TopologyBuilder()
     b.set_spout("src", SeqSpout(300))
     b.set_bolt("split", DirectSplitter()).shuffle_grouping("src")
-    b.set_bolt("direct_sink", CollectorBolt(), 3).direct_grouping("split", "direct")
+    b.set_bolt("direct_sink", CollectorBolt(), 2).direct_grouping("split", "direct")
     _, got = _run(cluster, name, b, workers.conf())
     tasks = sorted({task for task, *_ in got["direct_sink"]})
-    assert len(got["direct_sink"]) == 300
+    assert len(got["direct_sink"]) == 300 and len(tasks) == 2
     for task, _, _, stream, (seq, _) in got["direct_sink"]:
-        assert stream == "direct" and task == tasks[seq % 3]
+        assert stream == "direct" and task == tasks[seq % 2]
 
 
 def test_per_upstream_order_and_exact_counts(cluster, workers, name):
     b = TopologyBuilder()
-    b.set_spout("src", SeqSpout(20_000), 3)
+    b.set_spout("src", SeqSpout(5000), 3)
     b.set_bolt("mid", PassBolt(), 2).shuffle_grouping("src")
     b.set_bolt("sink", CollectorBolt()).global_grouping("mid")
     b.set_bolt("order", CollectorBolt()).global_grouping("src")
     stats, got = _run(cluster, name, b, workers.conf({
         "topology.producer.batch.size": 64, "topology.executor.receive.buffer.size": 512}))
-    assert len(got["sink"]) == 60_000
-    assert collections.Counter(v[0] for *_, v in got["sink"]) == {i: 3 for i in range(20_000)}
+    assert len(got["sink"]) == 15_000
+    assert collections.Counter(v[0] for *_, v in got["sink"]) == {i: 3 for i in range(5000)}
     last: dict = {}
     for _, _, src_task, _, (seq, _) in got["order"]:
         assert seq == last.get(src_task, -1) + 1, "tuples of one upstream task reordered"
         last[src_task] = seq
-    assert len(last) == 3 and all(v == 19_999 for v in last.values())
-    assert stats.total("mid", "executed") == 60_000
+    assert len(last) == 3 and all(v == 4999 for v in last.values())
+    assert stats.total("mid", "executed") == 15_000
 
 
 @pytest.mark.parametrize("workers", SAME_NODE_LAYOUTS, indirect=True)
@@ -119,7 +126,7 @@ def test_end_of_stream_runs_finish_and_completes(cluster, workers, name):
     b = TopologyBuilder()
     b.set_spout("src", IterableSpout([(i, f"k{i % 7}") for i in range(700)],
                                      fields=("seq", "key")), 2)
-    b.set_bolt("count", CountBolt(), 3).fields_grouping("src", ["key"])
+    b.set_bolt("count", CountBolt(), 2).fields_grouping("src", ["key"])
     b.set_bolt("totals", CollectorBolt()).global_grouping("count")
     stats, got = _run(cluster, name, b, workers.conf())
     assert stats.complete and all(t.state == "done" for t in stats.tasks)
@@ -131,7 +138,7 @@ def test_slow_bolt_throttles_spout_with_bounded_queues(cluster, workers, name):
     """A bolt 1 ms/tuple behind a fast spout: queues stay within capacity, the spout waits
     on backpressure, and not one tuple is lost."""
     cap, batch, n = 64, 16, 3000
-    conf = workers.conf({"topology.executor.receive.buffer.size": cap,
+    conf = workers.conf({**NO_ACKERS, "topology.executor.receive.buffer.size": cap,
                          "topology.producer.batch.size": batch,
                          "topology.transfer.max.inflight.batches": 2})
     b = TopologyBuilder()
@@ -220,7 +227,7 @@ def test_malformed_frames_counted_and_dropped(cluster, name):
     b = TopologyBuilder()
     b.set_spout("src", SeqSpout(100))
     b.set_bolt("sink", CollectorBolt()).shuffle_grouping("src")
-    handle = cluster.submit_topology(name, {}, b.create_topology())
+    handle = cluster.submit_topology(name, NO_ACKERS, b.create_topology())
     try:
         sink = handle.actors[handle.topology.component_tasks["sink"][0]]
         import msgpack
@@ -241,7 +248,7 @@ def test_kill_stops_a_running_topology(cluster, workers, name):
     b = TopologyBuilder()
     b.set_spout("src", SeqSpout(10**9))
     b.set_bolt("sink", PassBolt(delay_s=0.001)).shuffle_grouping("src")
-    handle = cluster.submit_topology(name, workers.conf(), b.create_topology())
+    handle = cluster.submit_topology(name, workers.conf(NO_ACKERS), b.create_topology())
     until(lambda: handle.stats().total("sink", "executed") > 0, 60, "tuples reaching the sink")
     assert not handle.wait(0)  # an endless spout: running until killed
     cluster.kill_topology(name)
@@ -261,7 +268,8 @@ def test_stats_answer_while_data_is_blocked(cluster, workers, name):
     b.set_spout("src", SeqSpout(10**9))
     b.set_bolt("slow", PassBolt(delay_s=0.05)).shuffle_grouping("src")
     handle = cluster.submit_topology(name, workers.conf({
-        "topology.executor.receive.buffer.size": cap, "topology.producer.batch.size": batch,
+        **NO_ACKERS, "topology.executor.receive.buffer.size": cap,
+        "topology.producer.batch.size": batch,
         "topology.transfer.max.inflight.batches": inflight}), b.create_topology())
     answer_s = []
 
@@ -294,7 +302,7 @@ def test_run_returns_final_stats(cluster, name):
     b = TopologyBuilder()
     b.set_spout("src", SeqSpout(500))
     b.set_bolt("count", CountBolt()).fields_grouping("src", ["key"])
-    stats = cluster.run(name, {}, b.create_topology(), timeout=120)
+    stats = cluster.run(name, NO_ACKERS, b.create_topology(), timeout=120)
     assert stats.complete and stats.total("count", "executed") == 500
     assert stats.total("count", "emitted") == 10
     assert name not in cluster.topologies
