@@ -68,7 +68,7 @@ def _connect(address: str | None) -> None:
 
 
 def _list(args) -> int:
-    from cluster._handle import find_topologies
+    from cluster._registry import find_topologies
 
     found = find_topologies()
     if not found:
@@ -81,7 +81,7 @@ def _list(args) -> int:
 
 
 def _stats(args) -> int:
-    from cluster._handle import attach
+    from cluster._registry import attach
     from cluster._stats import (
         checkpoint_lines,
         dead_letter_lines,
@@ -112,7 +112,7 @@ def _stats(args) -> int:
 
 
 def _control(args) -> int:
-    from cluster._handle import attach
+    from cluster._registry import attach
 
     handle = attach(args.name)
     if args.command == "savepoint":

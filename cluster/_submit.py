@@ -25,8 +25,9 @@ from actors import (
     submit_prefix,
 )
 from actors.state import checkpointed
-from cluster._handle import TopologyHandle, placement_group_name
+from cluster._handle import TopologyHandle
 from cluster._plan import TopologyPlan, assign_tasks, plan
+from cluster._registry import placement_group_name
 from topology import StormTopology, TopologyError, TwoPhaseCommitSink
 
 __all__ = ["assign_tasks", "launch", "plan", "submit"]
