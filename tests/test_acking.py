@@ -40,7 +40,10 @@ def _finish(cluster, name, builder, conf=None, timeout=120):
     return handle.stats(), handle
 
 
+# on this node: an ack from another worker takes the transfer path test_runtime's order
+# test and test_workers already cross between nodes
 @ACKING
+@pytest.mark.parametrize("workers", SAME_NODE_LAYOUTS, indirect=True)
 def test_acking_every_tuple_tree_completes(cluster, workers, name, acking):
     b = TopologyBuilder()
     b.set_spout("src", TimedSpout(300))
