@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import functools
 import struct
 from typing import Any
 
@@ -85,33 +86,40 @@ _MAX_ZONES = 1024
 _NO_TIME = _dt.timedelta(0)
 
 
+#: ``ExtType(code, data)`` without its ``__new__``, whose checks are Python code run per
+#: value: every code and payload made here is already valid (benchmarks/encode_once.py)
+_ext = functools.partial(tuple.__new__, msgpack.ExtType)
+
+
 def _default(obj: Any) -> msgpack.ExtType:
     if isinstance(obj, _dt.datetime):
-        if obj != obj:  # pandas' NaT, a datetime subclass whose state is year 1's
+        # pandas' NaT is a datetime subclass whose state is year 1's (a plain datetime
+        # never is: the check is skipped for it, as it runs per value)
+        if type(obj) is not _dt.datetime and obj != obj:
             raise TypeError("cannot serialise a NaT (not a time) in a tuple: emit None for "
                             "a missing time")
         state = _datetime_state(obj, 4)[1][0]
         tz = obj.tzinfo
         if tz is None:
-            return msgpack.ExtType(_EXT_DATETIME, state)
+            return _ext((_EXT_DATETIME, state))
         if tz is _UTC:
-            return msgpack.ExtType(_EXT_DATETIME, state + _ZERO_OFFSET)
+            return _ext((_EXT_DATETIME, state + _ZERO_OFFSET))
         offset = obj.utcoffset()
         if offset is None:  # a tzinfo that gives no offset: naive, as ISO text has it
-            return msgpack.ExtType(_EXT_DATETIME, state)
-        return msgpack.ExtType(_EXT_DATETIME, state + _OFFSET.pack(offset // _US))
+            return _ext((_EXT_DATETIME, state))
+        return _ext((_EXT_DATETIME, state + _OFFSET.pack(offset // _US)))
     if isinstance(obj, _dt.date):
-        return msgpack.ExtType(_EXT_DATE, _date_state(obj)[1][0])
+        return _ext((_EXT_DATE, _date_state(obj)[1][0]))
     if isinstance(obj, decimal.Decimal):
-        return msgpack.ExtType(_EXT_DECIMAL, str(obj).encode())
+        return _ext((_EXT_DECIMAL, str(obj).encode()))
     if isinstance(obj, _dt.time):
-        return msgpack.ExtType(_EXT_TIME, obj.isoformat().encode())
+        return _ext((_EXT_TIME, obj.isoformat().encode()))
     if isinstance(obj, (set, frozenset)):
         return list(obj)
     kind = type(obj).__name__
     if kind in ("RecordBatch", "Table") and type(obj).__module__.startswith("pyarrow"):
-        return msgpack.ExtType(_EXT_ARROW_BATCH if kind == "RecordBatch" else _EXT_ARROW_TABLE,
-                               _arrow_ipc(obj))
+        return _ext((_EXT_ARROW_BATCH if kind == "RecordBatch" else _EXT_ARROW_TABLE,
+                     _arrow_ipc(obj)))
     raise TypeError(f"cannot serialise a {type(obj).__name__} in a tuple: use msgpack types "
                     f"(None, bool, int, float, str, bytes, list, dict), datetime, date, time, "
                     f"Decimal, or a pyarrow RecordBatch / Table")
