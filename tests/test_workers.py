@@ -19,6 +19,10 @@ from topology import CollectorBolt, TopologyBuilder
 
 pytestmark = pytest.mark.ray
 
+#: no acker tasks where nothing is tracked (no spout here emits with a msg id): acking is
+#: test_acking's, and an acker is one more actor to start per worker
+NO_ACKERS = {"topology.acker.executors": 0}
+
 
 def test_workers_spread_over_nodes_and_assignment_in_stats(cluster, name):
     b = TopologyBuilder()
@@ -60,7 +64,7 @@ def test_slow_task_holds_only_its_senders(cluster, name, direct):
     b.set_bolt("s4_slow", PassBolt(delay_s=0.002)).shuffle_grouping("s3_src")  # 4, worker 1
     b.set_bolt("s5_local", PassBolt()).shuffle_grouping("s3_src")  # task 5, worker 0
     b.set_bolt("s6_fast", PassBolt()).shuffle_grouping("s3_src")  # task 6, worker 1
-    conf = {"topology.workers": 2, "topology.executor.receive.buffer.size": 256,
+    conf = {**NO_ACKERS, "topology.workers": 2, "topology.executor.receive.buffer.size": 256,
             "topology.producer.batch.size": 32, "topology.backpressure.status.direct": direct}
     handle = cluster.submit_topology(name, conf, b.create_topology())
     try:
@@ -101,7 +105,7 @@ def test_order_and_exact_counts_through_the_overflow(cluster, name):
     b = TopologyBuilder()
     b.set_spout("a_src", SeqSpout(n), 3)  # tasks 1, 3 in worker 0; task 2 in worker 1
     b.set_bolt("b_sink", SlowCollector(0.0001)).global_grouping("a_src")  # task 4, worker 1
-    conf = {"topology.workers": 2, "topology.executor.receive.buffer.size": 64,
+    conf = {**NO_ACKERS, "topology.workers": 2, "topology.executor.receive.buffer.size": 64,
             "topology.producer.batch.size": 16}
     handle = cluster.submit_topology(name, conf, b.create_topology())
     try:
@@ -125,7 +129,7 @@ def test_overflow_limit_drops_are_counted_exactly(cluster, name):
     b = TopologyBuilder()
     b.set_spout("a_src", SeqSpout(n))  # task 1, worker 0
     b.set_bolt("b_sink", SlowCollector(0.0005)).shuffle_grouping("a_src")  # task 2, worker 1
-    conf = {"topology.workers": 2, "topology.executor.receive.buffer.size": 32,
+    conf = {**NO_ACKERS, "topology.workers": 2, "topology.executor.receive.buffer.size": 32,
             "topology.producer.batch.size": 16, "topology.executor.overflow.limit": 16,
             "topology.transfer.max.inflight.batches": 4}
     handle = cluster.submit_topology(name, conf, b.create_topology())
@@ -149,7 +153,7 @@ def _injection_topology(name, cluster, extra=None):
     # 2 s per tuple: the 4 queued tuples alone outlast the test, so the overflow never
     # drains (and the backlog never clears) while it runs, however loaded the host
     b.set_bolt("b_sink", SlowCollector(2.0)).shuffle_grouping("a_src")
-    conf = {"topology.workers": 2, "topology.executor.receive.buffer.size": 4,
+    conf = {**NO_ACKERS, "topology.workers": 2, "topology.executor.receive.buffer.size": 4,
             "topology.producer.batch.size": 2, "topology.backpressure.resend.size": 20,
             "topology.transfer.max.frame.bytes": 64 * 1024, **(extra or {})}
     return cluster.submit_topology(name, conf, b.create_topology())
@@ -231,7 +235,7 @@ def test_aggregation_gives_the_same_counts_on_every_layout(cluster, workers, nam
     b.set_spout("src", SeqSpout(5000, keys=37), 2)
     b.set_bolt("mid", PassBolt(), 3).shuffle_grouping("src")
     b.set_bolt("sink", CollectorBolt(), 2).fields_grouping("mid", ["key"])
-    handle = cluster.submit_topology(name, workers.conf(), b.create_topology())
+    handle = cluster.submit_topology(name, workers.conf(NO_ACKERS), b.create_topology())
     try:
         assert handle.wait(120)
         got = collections.Counter(v[1] for *_, v in handle.collected("sink"))
