@@ -28,7 +28,7 @@ from actors._coordinator import coordinator_name
 from actors._executor_sockets import ExecutorSockets
 from actors._factory import make_executor
 from actors._gc import freeze_startup_objects, tune_gc
-from actors._metrics import RayMetricsExport, TaskMetrics
+from actors._metrics import TaskMetrics, run_metrics_timer
 from actors._routing import TASK, WORKER, actor_name
 from actors._sink import ActorSink, _deliver
 from actors._stats import TaskStats
@@ -326,48 +326,13 @@ class ExecutorActor:
         if core.conf["topology.executor.gc.threshold"]:
             freeze_startup_objects()
         for t, c in self.cores.items():
-            threading.Thread(target=self._metrics_timer, args=(c, self._metrics[t]),
+            threading.Thread(target=run_metrics_timer, args=(c, self._metrics[t]),
                              daemon=True, name=f"metrics-{t}").start()
         if (self.core.remote_upstream or self.core.back_sources
                 or (self.core.policy.watches_fill and not self.core.is_spout)):
             self._bp_thread = threading.Thread(target=self._bp_check_timer, daemon=True,
                                                name=f"bp-check-{self.core.task_id}")
             self._bp_thread.start()
-
-    def _metrics_timer(self, core, metrics: TaskMetrics) -> None:
-        """Every ``topology.metrics.interval.secs``: close ``core``'s metrics interval and
-        export it through ``ray.util.metrics``; logs each backpressure-level change once."""
-        period = core.conf["topology.metrics.interval.secs"]
-        try:
-            export = RayMetricsExport(core.topology_name, core.component_id, core.task_id)
-        except Exception as e:  # no metrics agent: the stats still carry everything
-            core.errors.report(e, "metrics export")
-            export = None
-        level = "OK"
-        while not core._stop:
-            time.sleep(period)
-            m = metrics.sample()
-            if (m.interval_s and m.busy_time_ms_per_second is not None
-                    and core.chain_host is None):
-                # busy plus held by a full destination: Flink's throughput measurement
-                # pauses only while the task is idle, so a backpressured task is sized to
-                # what it really drains, not to its speed when unblocked
-                active = (m.busy_time_ms_per_second
-                          + (m.backpressured_time_ms_per_second or 0.0)) / 1000.0
-                bound = core.policy.on_interval(m.executed_per_s or 0.0, min(active, 1.0),
-                                                core.queue.capacity, time.monotonic())
-                if bound is not None:  # (Flink's buffer debloating: the queue's admission)
-                    core.queue.capacity = bound
-            if m.backpressure_level != level:
-                level = m.backpressure_level
-                logger.info("%s:%d: backpressure %s (%.0f ms/s held%s)", core.component_id,
-                            core.task_id, level, m.backpressured_time_ms_per_second,
-                            f", by task {m.backpressure_cause}"
-                            if m.backpressure_cause is not None else "")
-            if export is not None:
-                export.record(core.stats(m))
-            if core.done.is_set():
-                return
 
     def _bp_check_timer(self) -> None:
         """Storm's backpressure-check timer, for this task: every

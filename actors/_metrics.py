@@ -24,6 +24,8 @@ from typing import Any
 from actors._stats import IntervalMetrics, TaskStats
 
 logger = logging.getLogger("storm_on_ray.metrics")
+#: the level changes are the executor's news: logged under its logger
+_actor_log = logging.getLogger("storm_on_ray.actor")
 
 #: Flink's thresholds on the backpressured fraction of time.
 BP_LOW, BP_HIGH = 0.10, 0.5
@@ -202,3 +204,43 @@ class TaskMetrics:
             idle_time_ms_per_second=idle, backpressured_time_ms_per_second=bp,
             backpressure_level=backpressure_level(bp), backpressure_cause=cause,
             stalled_seconds=stalled, stalled=stalled >= self.stall_timeout_s)
+
+
+def run_metrics_timer(core, metrics: TaskMetrics) -> None:
+    """The body of a task's metrics thread (its executor actor starts one per task): every
+    ``topology.metrics.interval.secs``, close ``core``'s (an ``ExecutorCore``) metrics
+    interval, give the flow-control policy its rates (buffer debloating), export it
+    through ``ray.util.metrics`` and log each backpressure-level change once. Returns when
+    the task stops or is done."""
+    period = core.conf["topology.metrics.interval.secs"]
+    try:
+        export = RayMetricsExport(core.topology_name, core.component_id, core.task_id)
+    except Exception as e:  # no metrics agent: the stats still carry everything
+        core.errors.report(e, "metrics export")
+        export = None
+    level = "OK"
+    while not core._stop:
+        time.sleep(period)
+        m = metrics.sample()
+        if (m.interval_s and m.busy_time_ms_per_second is not None
+                and core.chain_host is None):
+            # busy plus held by a full destination: Flink's throughput measurement
+            # pauses only while the task is idle, so a backpressured task is sized to
+            # what it really drains, not to its speed when unblocked
+            active = (m.busy_time_ms_per_second
+                      + (m.backpressured_time_ms_per_second or 0.0)) / 1000.0
+            bound = core.policy.on_interval(m.executed_per_s or 0.0, min(active, 1.0),
+                                            core.queue.capacity, time.monotonic())
+            if bound is not None:  # (Flink's buffer debloating: the queue's admission)
+                core.queue.capacity = bound
+        if m.backpressure_level != level:
+            level = m.backpressure_level
+            _actor_log.info("%s:%d: backpressure %s (%.0f ms/s held%s)",
+                            core.component_id, core.task_id, level,
+                            m.backpressured_time_ms_per_second,
+                            f", by task {m.backpressure_cause}"
+                            if m.backpressure_cause is not None else "")
+        if export is not None:
+            export.record(core.stats(m))
+        if core.done.is_set():
+            return
