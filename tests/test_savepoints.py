@@ -18,7 +18,6 @@ from actors.state.savepoints import (
     read_savepoint,
     write_savepoint,
 )
-from tests._util import until
 from tests.components import StatefulWordCount, words
 from topology import IterableSpout, ParquetSink, TopologyBuilder
 
