@@ -82,20 +82,22 @@ def memo_joined(msgs: list, frames: int, capacity: int = 8192) -> bytes:
     return f
 
 
+def encoded_frames(msgs: list) -> list[bytes]:
+    """The frames :func:`per_frame` makes, one per ``ROWS_PER_FRAME`` messages."""
+    return [encode_batch(1, msgs[k:k + ROWS_PER_FRAME], k)
+            for k in range(0, len(msgs), ROWS_PER_FRAME)]
+
+
 def decode_frames(msgs: list, frames: int) -> bytes:
-    """The receiving side, for scale: each frame of :func:`per_frame` decoded ``frames``
-    times (its encoding is outside the loop)."""
-    encoded = [encode_batch(1, msgs[k:k + ROWS_PER_FRAME], k)
-               for k in range(0, len(msgs), ROWS_PER_FRAME)]
-    if _only_build:
-        return encoded[-1]
+    """The receiving side, for scale: :func:`encoded_frames`, then each decoded ``frames``
+    times (subtract ``--mode build-decode``, which only encodes them)."""
+    encoded = encoded_frames(msgs)
     for f in encoded:
         for _ in range(frames):
             decode_batch(f)
     return encoded[-1]
 
 
-_only_build = False
 MODES = {"packb": per_frame, "memo": memo_joined, "decode": decode_frames}
 
 
@@ -111,9 +113,7 @@ def main() -> None:
     if args.mode == "build":
         return
     if args.mode == "build-decode":
-        global _only_build
-        _only_build = True
-        decode_frames(msgs, 1)
+        encoded_frames(msgs)
         return
     if args.mode in MODES:  # one pass (the callgrind form)
         MODES[args.mode](msgs, args.frames)

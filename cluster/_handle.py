@@ -13,8 +13,6 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from actors import TASK, WORKER, actor_name
 from cluster._registry import _is_dead, _num_restarts, _placement_groups
-from cluster._registry import attach as attach  # (re-exported: the tests import it here)
-from cluster._registry import find_topologies as find_topologies
 from cluster._stats import TaskStats, TopologyStats, WorkerStats, stats_html
 from topology import Spout, StormTopology, TopologyError
 

@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from cluster._handle import attach
 from cluster._plan import chainable, plan
+from cluster._registry import attach
 from tests._util import until
 from tests.components import CountBolt, FailOnceBolt, PassBolt, SlowCollector
 from tests.test_chaos import _pid, _sigkill

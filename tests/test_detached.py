@@ -12,7 +12,7 @@ import pytest
 import ray
 
 from actors._store import has_topology
-from cluster._handle import _placement_groups, attach, find_topologies
+from cluster._registry import _placement_groups, attach, find_topologies
 from tests._util import until
 from tests.test_cli import _cli
 
