@@ -195,6 +195,27 @@ def test_coordinator_commits_resumes_and_ends():
     assert trigger.args == (gen, 4)  # round 3 was aborted: its id is not reused
 
 
+def test_a_final_checkpoint_requested_during_a_round_starts_when_that_round_commits():
+    """A second spout that emits its last tuple while a round is in flight (after that
+    round's barrier) asks for the next one: the commit must not push it an interval away,
+    or that spout's stream never ends."""
+    c = CoordinatorCore(MemoryProvider().checkpoint_log(), [1, 2, 3], [2, 3], 600.0, 5.0,
+                        0.5, 0.0)
+    c.request(1.0)  # spout 2 is done
+    (trigger,) = c.tick(1.0)
+    c.request(1.1)  # spout 3 is done, after it took round 1's barrier
+    assert c.tick(1.2) == []  # (one round at a time)
+    for task in (1, 2):
+        assert c.prepared(task, 1, 0, 1.3) == []
+    (commit,) = c.prepared(3, 1, 0, 1.3)
+    assert c.tick(1.5) == []  # the minimum pause holds
+    (trigger,) = c.tick(1.8)
+    assert trigger.args == (0, 2)
+    for task in (1, 2, 3):
+        c.prepared(task, 2, 0, 1.9)
+    assert c.tick(100.0) == []  # no request since: the interval again
+
+
 def test_a_failure_that_repeats_resumes_later_each_time_until_a_round_completes():
     """Flink's exponential-delay restart strategy: the first rollback resumes at once, the
     second after 0.1 s, the third after 0.2 s; a completed round resets it."""

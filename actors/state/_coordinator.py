@@ -100,6 +100,9 @@ class CoordinatorCore:
         #: during a rollback: the tasks that have not yet paused (None: no rollback)
         self.waiting: set[int] | None = None
         self.next_due = now + interval_s
+        #: a round was requested while another was in flight: the next one starts as
+        #: soon as that one ends (its commit must not push the request an interval away)
+        self.requested = False
         self.rollbacks = 0
         self.completed = 0
         self.failed_rounds = 0
@@ -160,6 +163,7 @@ class CoordinatorCore:
                            self.last_id, e)
             return []
         self.round, self.round_started, self.reported = self.last_id, now, set()
+        self.requested = False
         return [Action("trigger", spouts, (self.gen, self.round))]
 
     def prepared(self, task: int, checkpoint_id: int, gen: int, now: float) -> list[Action]:
@@ -184,7 +188,9 @@ class CoordinatorCore:
         self.completed += 1
         self.rollbacks_in_a_row = 0
         self.last_duration_s = now - self.round_started
-        self.next_due = max(self.round_started + self.interval_s, now + self.min_pause_s)
+        self.next_due = now + self.min_pause_s
+        if not self.requested:
+            self.next_due = max(self.round_started + self.interval_s, self.next_due)
         return [Action("commit", self.live(), (cid,))]
 
     def failed(self, task: int, reason: str, now: float) -> list[Action]:
@@ -224,8 +230,10 @@ class CoordinatorCore:
 
     def request(self, now: float) -> None:
         """Start the next round as soon as possible (a spout that has emitted everything
-        needs its final checkpoint)."""
+        needs its final checkpoint). A request during a round starts the next one when
+        that round ends, after the minimum pause."""
         self.next_due = now
+        self.requested = True
 
     def _rollback(self, now: float, why: str) -> list[Action]:
         # an open round is abandoned: its versions are discarded by the tasks' restore,
