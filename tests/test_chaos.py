@@ -89,7 +89,8 @@ def test_chaos_kills_every_few_seconds_and_every_msg_id_is_acked(cluster, name, 
     ledger), and the idempotent sink's per-key counts must equal the expected ones. With
     ``topology.acker.in.spouts`` there is no acker to kill: the other spout task is killed
     in its place (its trees die with it). The spouts emit only below a gate the test
-    raises one step ahead of each kill, so a fast run cannot end before its kills."""
+    keeps half a step past the next kill's point (the whole stream after the last kill),
+    so a fast run cannot end before its kills."""
     keys = 10
     step = wanted + 1
     gate = tmp_path / "gate"
@@ -98,7 +99,10 @@ def test_chaos_kills_every_few_seconds_and_every_msg_id_is_acked(cluster, name, 
         (tmp_path / "gate.tmp").write_text(f"{min(n, upto)}\n")
         os.replace(tmp_path / "gate.tmp", gate)
 
-    open_gate(n * 2 // step)
+    def gate_after(kills: int) -> int:  # half a step past kill ``kills + 1``'s point
+        return n if kills == wanted else n * (2 * kills + 3) // (2 * step)
+
+    open_gate(gate_after(0))
     b = TopologyBuilder()
     b.set_spout("src", LedgerSpout(n, str(tmp_path), keys, gated=True), parallelism_hint=2)
     b.set_bolt("mid", PassBolt(), parallelism_hint=2).shuffle_grouping("src")
@@ -131,7 +135,7 @@ def test_chaos_kills_every_few_seconds_and_every_msg_id_is_acked(cluster, name, 
                 if _sigkill(actor) is not None:  # None: still restarting from a kill
                     kills.append(key)
                     last_kill = time.monotonic()
-                    open_gate(n if len(kills) == wanted else n * (len(kills) + 2) // step)
+                    open_gate(gate_after(len(kills)))
         # the run may complete before the last killed actor is back (a transfer actor is
         # not needed by the stream's end): wait for Ray to have restarted every one
         wanted_restarts = collections.Counter(kills)
