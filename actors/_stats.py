@@ -122,7 +122,8 @@ class TaskStats:
     a receiver ``socket_frames_in`` / ``socket_bytes_in``, ``malformed_socket_frames``,
     ``refused_connections``, ``socket_connections``; and the control messages
     (backpressure statuses) sent over a control socket or by actor call, and received
-    on it (``control_socket_sent``, ``control_call_sent``, ``control_received``).
+    on it (``control_socket_sent``, ``control_call_sent``, ``control_received``), and
+    connections its control listener refused (``control_refused_connections``).
 
     Errors: ``error_count`` and ``errors`` (each kind with count and last traceback).
 
@@ -257,7 +258,8 @@ class TaskStats:
         if control is not None:
             t.update(control_socket_sent=control.socket_sent,
                      control_call_sent=control.call_sent,
-                     control_received=control.received)
+                     control_received=control.received,
+                     control_refused_connections=control.refused_connections)
         return replace(self, inflight_batches=sum(s.outstanding() for s in sinks),
                        sent_batches=sum(s.sent_batches for s in sinks),
                        sent_batches_to={s.dest: s.sent_batches for s in sinks},

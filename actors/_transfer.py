@@ -348,6 +348,8 @@ class TransferActor:
             "control_socket_sent": 0 if self._control is None else self._control.socket_sent,
             "control_call_sent": 0 if self._control is None else self._control.call_sent,
             "control_received": 0 if self._control is None else self._control.received,
+            "control_refused_connections": (0 if self._control is None
+                                            else self._control.refused_connections),
             **counters,
         }
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 
 import pytest
 import ray
@@ -16,10 +17,12 @@ from tests.components import CountMultiplesOf3, GenSpout, LedgerSpout, PassBolt,
 from topology import CollectorBolt, TopologyBuilder
 
 
-def _abstract_names(prefix: str) -> list[str]:
-    """Abstract Unix socket names in use on this machine that carry ``prefix``."""
+def _abstract_names(prefix: str, listening: bool = False) -> list[str]:
+    """Abstract Unix socket names in use on this machine that carry ``prefix`` (only
+    those of listening sockets: flag ``__SO_ACCEPTCON``, 0x10000)."""
     with open("/proc/net/unix") as f:
-        return [ln.split()[-1] for ln in f if f"@storm-on-ray/{prefix}" in ln]
+        rows = [ln.split() for ln in f if f"@storm-on-ray/{prefix}" in ln]
+    return [r[-1] for r in rows if not listening or int(r[3], 16) & 0x10000]
 
 
 @pytest.mark.parametrize("socket_path", [
@@ -68,7 +71,8 @@ def test_a_killed_receiver_loses_no_msg_id_and_its_senders_reconnect(cluster, na
 def test_backpressure_statuses_between_two_workers_go_over_control_sockets(cluster, name):
     """A slow task in worker 1 fed from worker 0 (one node): its reports to its transfer
     actor and to its sender (the direct path) go as control messages on sockets, and the
-    sender halts on them (a halt-lag recorded)."""
+    sender halts on them (a halt-lag recorded). A connection from another process to a
+    control listener is refused and counted."""
     b = TopologyBuilder()
     b.set_spout("gen", GenSpout(10**9))
     b.set_bolt("slow", CountMultiplesOf3(300)).shuffle_grouping("gen")
@@ -85,5 +89,19 @@ def test_backpressure_statuses_between_two_workers_go_over_control_sockets(clust
                            else None)(handle.stats()), 60, "a halt over a control socket")
         assert s.component("gen")[0].transfer["control_received"] >= 1
         assert sum(w.counters["control_received"] for w in s.workers) >= 1
+        # a foreign process (this one: no peer expects its pid) that connects to every
+        # control listener and says anything is refused, and each refusal is counted
+        listeners = [n for n in _abstract_names(handle.prefix, True) if n.endswith("/c")]
+        assert listeners
+        for n in listeners:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
+                sock.connect("\0" + n[1:])
+                sock.send(b"\x93\xa5hello")
+                sock.settimeout(10)
+                assert sock.recv(64) == b""  # closed on us
+        until(lambda: (lambda s: sum(t.transfer.get("control_refused_connections", 0)
+                                     for c in ("gen", "slow") for t in s.component(c))
+                       + sum(w.counters["control_refused_connections"] for w in s.workers)
+                       == len(listeners))(handle.stats()), 30, "every refusal counted")
     finally:
         cluster.kill_topology(name)
