@@ -553,7 +553,11 @@ class ExecutorCore:
                     m.done.set()
 
     def _end_stream(self) -> None:
-        """Send end-of-stream after all data to every downstream task, and push it all out."""
+        """Send end-of-stream after all data to every downstream task, push it all out, and
+        wait until every destination has acknowledged it: a frame lost meanwhile (a
+        receiver or transfer actor restarted) is found while waiting, and the end marker
+        is sent again (``ActorSink``); a task that stopped waiting at hand-over would
+        leave a receiver without its upstream's end for good."""
         self.state = "ending"
         self.flush_acks()
         for t in self.destinations:
@@ -562,7 +566,8 @@ class ExecutorCore:
         while not self._stop:
             self.queue.consume(self.handle)  # keep draining our own queue (flushes, acks)
             self.flush_acks()
-            if self.outbox.try_flush_pending() and self.outbox.try_flush_batches():
+            if (self.outbox.try_flush_pending() and self.outbox.try_flush_batches()
+                    and self.outbox.delivered()):
                 return
             idle = self._bp_idle(idle)
 

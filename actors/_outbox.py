@@ -195,6 +195,13 @@ class Outbox:
                 ok = False
         return ok
 
+    def delivered(self) -> bool:
+        """True when no sink has a batch in flight unacknowledged (``sink_busy``; reaps
+        finished calls, so a loss found here is handled: an ``ActorSink`` starts a new
+        epoch and, once its task is ending, sends its end marker again). Non-blocking;
+        executor thread."""
+        return not any(ins.sink_busy() for ins in self._inserter_list)
+
     def clear(self) -> None:
         """Drop ``pending_emits`` and every partial batch (a checkpoint rollback)."""
         self.pending_emits.clear()

@@ -167,8 +167,11 @@ class ActorSink:
             except RayActorError:  # the receiver or the transfer actor died
                 lost = True
                 continue
-            except Exception as e:  # the receiver raised: a bug, make it visible
+            except Exception as e:  # the receiver raised (a bug: made visible), or Ray
+                # cancelled the call: the frame may not have arrived, and a gap in the
+                # numbering would hold every later frame back at the receiver for good
                 self._core.errors.report(e, f"send to task {self.dest}")
+                lost = True
                 continue
             if isinstance(ack, list):
                 ack = ack[0] if ack else None

@@ -212,10 +212,12 @@ def test_a_spout_keeps_emitting_past_a_task_that_takes_nothing(disable):
 
 
 class _Call:
-    """What a fake actor call returns: ``future()`` of an answer given later."""
+    """What a fake actor call returns: ``future()`` of an answer given later; ``frame``,
+    the frame it carried."""
 
-    def __init__(self) -> None:
+    def __init__(self, frame: bytes = b"") -> None:
         self.fut: Future = Future()
+        self.frame = frame
 
     def future(self) -> Future:
         return self.fut
@@ -234,7 +236,7 @@ def _sink(max_inflight: int = 2, remote: bool = False):
     calls: list[_Call] = []
 
     def send(frame):
-        calls.append(_Call())
+        calls.append(_Call(frame))
         return calls[-1]
     return ActorSink(send, 2, 1, max_inflight, core, remote), calls, core
 
@@ -285,6 +287,60 @@ def test_sink_load_is_taken_for_a_while_after_frames_were_lost(monkeypatch):
     assert sink.load() == 1.0 + LOST_HOLD_S
     now[0] += 0.02
     assert sink.load() == 0.0  # its share probes it again
+
+
+def test_a_call_that_fails_otherwise_is_a_loss_too():
+    """A call that raises anything but an actor's death (the receiver raised, Ray
+    cancelled it) may not have delivered its frame: the sink starts a new epoch rather
+    than leave a gap that holds back every later frame at the receiver; the error is
+    reported."""
+    from ray.exceptions import TaskCancelledError
+
+    sink, calls, core = _sink()
+    sink([(0, [1, "k"])])
+    sink([(0, [2, "k"])])
+    calls[0].fut.set_exception(TaskCancelledError())
+    calls[1].fut.set_result(1)
+    assert sink.unacked() == 0 and sink.resets == 1 and core.errors.total == 1
+
+
+def test_a_task_ends_once_its_end_marker_is_acknowledged_sent_again_after_a_loss():
+    """``_end_stream`` waits for the destination's acknowledgement of the end marker, not
+    only its hand-over: the frame that carried it lost meanwhile, the marker goes again
+    (in a new epoch), and the task is done once that one is acknowledged."""
+    from ray.exceptions import TaskCancelledError
+
+    from actors._codec import decode_batch
+
+    sink, calls, core = _sink()
+    core.connect({1: sink})
+    seen = 0
+
+    def marker_call():
+        # acknowledge data frames as they come; return the first call that carries the
+        # end marker (stream -1), left unanswered
+        nonlocal seen
+        while seen < len(calls):
+            call = calls[seen]
+            seen += 1
+            _, _, seq, items = decode_batch(call.frame)
+            if any(stream == -1 for stream, *_ in items):
+                return call
+            call.fut.set_result(seq)
+        return None
+
+    core.start()
+    try:
+        first = until(marker_call, 10, "the end marker sent", interval=0.001)
+        assert not core.done.wait(0.2) and core.state == "ending"  # not acknowledged
+        first.fut.set_exception(TaskCancelledError())  # lost
+        again = until(marker_call, 10, "the end marker sent again", interval=0.001)
+        assert sink.resets == 1 and decode_batch(again.frame)[2] == 0  # a new epoch
+        assert not core.done.wait(0.2)
+        again.fut.set_result(0)
+        assert core.done.wait(10) and core.state == "done"
+    finally:
+        core.stop()
 
 
 def test_sink_load_is_full_while_the_policy_refuses_the_destination(monkeypatch):
