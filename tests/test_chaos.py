@@ -76,7 +76,10 @@ def test_killed_bolt_is_restarted_and_the_stream_completes(cluster, workers, nam
         reason="open bug, seen 2026-11-27 in two full-suite runs (passes alone): after the "
                "worker-1 transfer actor and both spout tasks are killed, a spout task's "
                "end-of-stream never reaches a bolt task behind the restarted transfer "
-               "actor (it receives no frame again), so the topology never completes")),
+               "actor (it receives no frame again), so the topology never completes. "
+               "07bd578 fixes two ways that could happen (the marker now waits for its "
+               "acknowledgement and is resent after a loss; any failed call is a loss); "
+               "this form stays skipped until full runs show it holds")),
     (False, "watermark", FIRST_KILLS, 40_000),
     (False, "nak", FIRST_KILLS, 40_000), (False, "debloat", FIRST_KILLS, 40_000)],
     ids=["ackers", "in_spouts", "ackers-watermark", "ackers-nak", "ackers-debloat"])
