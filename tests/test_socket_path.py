@@ -84,24 +84,35 @@ def test_backpressure_statuses_between_two_workers_go_over_control_sockets(clust
         gen, slow = handle.topology.component_tasks["gen"][0], handle.topology.component_tasks[
             "slow"][0]
         assert assign[gen] != assign[slow]
-        s = until(lambda: (lambda s: s if s.component("gen")[0].halt_lags_ms and
-                           s.component("slow")[0].transfer["control_socket_sent"] >= 2
-                           else None)(handle.stats()), 60, "a halt over a control socket")
-        assert s.component("gen")[0].transfer["control_received"] >= 1
-        assert sum(w.counters["control_received"] for w in s.workers) >= 1
+        # the first status to each peer goes by actor call (no channel yet), so wait for
+        # the sockets to carry some both ways: to the sender and to the transfer actors
+        until(lambda: (lambda s: s.component("gen")[0].halt_lags_ms
+                       and s.component("slow")[0].transfer["control_socket_sent"] >= 2
+                       and s.component("gen")[0].transfer["control_received"] >= 1
+                       and sum(w.counters["control_received"] for w in s.workers) >= 1)(
+            handle.stats()), 60, "a halt over a control socket")
         # a foreign process (this one: no peer expects its pid) that connects to every
-        # control listener and says anything is refused, and each refusal is counted
-        listeners = [n for n in _abstract_names(handle.prefix, True) if n.endswith("/c")]
-        assert listeners
-        for n in listeners:
+        # control listener and says anything is refused, and each listener's owner counts
+        # it (a listener is named .../<task id, or -1 - worker>/<random>/c)
+        owners = {int(n.split("/")[-3]): n
+                  for n in _abstract_names(handle.prefix, True) if n.endswith("/c")}
+        assert gen in owners  # (it received statuses over one)
+        before = _refused_by_owner(handle.stats())
+        for n in owners.values():
             with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
                 sock.connect("\0" + n[1:])
                 sock.send(b"\x93\xa5hello")
                 sock.settimeout(10)
                 assert sock.recv(64) == b""  # closed on us
-        until(lambda: (lambda s: sum(t.transfer.get("control_refused_connections", 0)
-                                     for c in ("gen", "slow") for t in s.component(c))
-                       + sum(w.counters["control_refused_connections"] for w in s.workers)
-                       == len(listeners))(handle.stats()), 30, "every refusal counted")
+        until(lambda: (lambda after: all(after[o] > before[o] for o in owners))(
+            _refused_by_owner(handle.stats())), 30, "every refusal counted")
     finally:
         cluster.kill_topology(name)
+
+
+def _refused_by_owner(s) -> dict[int, int]:
+    """Control connections refused so far, by listener owner: a task id, or ``-1 - w``
+    for worker ``w``'s transfer actor."""
+    out = {t.task: t.transfer.get("control_refused_connections", 0) for t in s.tasks}
+    out.update({-1 - w.worker: w.counters["control_refused_connections"] for w in s.workers})
+    return out
