@@ -319,7 +319,9 @@ def task_stats(core: Any, interval: IntervalMetrics | None = None) -> TaskStats:
         pending_emits=len(out.pending_emits), max_pending_emits=out.max_pending_emits,
         batched=out.batched(), send_failures=out.send_failures,
         remote_backlogged=list(policy.backlogged_remote()), remote_refusals=policy.refusals,
-        halt_lags_ms=[x * 1000.0 for x in getattr(policy, "halt_lags_s", ())],
+        # (copied first, in one C call: the status thread appends to this deque, and a
+        # Python loop over it could see it change: "deque mutated during iteration")
+        halt_lags_ms=[x * 1000.0 for x in tuple(getattr(policy, "halt_lags_s", ()))],
         bp_reports=inb.bp_reports, refused=inb.refused,
         backpressure_wait_ms=core.backpressure_wait_s * 1000.0,
         idle_wait_ms=core.idle_wait_s * 1000.0,

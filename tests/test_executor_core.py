@@ -629,3 +629,32 @@ def test_a_chain_host_counts_exactly_with_sampled_timings():
     assert double.latency_n == keep.latency_n == n // 2
     assert gen.outbox.transferred() == n + 1 and double.outbox.transferred() == n + 1  # +EOS
     assert keep.outbox.transferred() == kept + 1
+
+
+def test_stats_are_read_while_the_status_thread_records_halt_lags():
+    """``stats()`` runs on the control thread while statuses, on another thread, append
+    halt-lags to the policy's deque: reading them must not fail with "deque mutated
+    during iteration" (seen in a full run under load)."""
+    import sys
+    import threading
+
+    topo = _topo()
+    core = make_executor("t", topo, CONF, 2, {1: 0, 2: 0})
+    lags = core.policy.halt_lags_s
+    stop = threading.Event()
+
+    def record() -> None:
+        while not stop.is_set():
+            lags.append(0.001)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    t = threading.Thread(target=record)
+    t.start()
+    try:
+        for _ in range(300):
+            assert len(core.stats().halt_lags_ms) <= 1000
+    finally:
+        stop.set()
+        t.join()
+        sys.setswitchinterval(old)
