@@ -11,6 +11,7 @@ waits without polling.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -29,7 +30,7 @@ from actors._executor_sockets import ExecutorSockets
 from actors._factory import make_executor
 from actors._gc import freeze_startup_objects, tune_gc
 from actors._metrics import TaskMetrics, run_metrics_timer
-from actors._routing import TASK, WORKER, actor_name
+from actors._routing import TASK, WORKER, actor_name, submit_id
 from actors._sink import ActorSink, _deliver
 from actors._stats import TaskStats
 from actors._store import StoredTopology, first_start
@@ -85,6 +86,8 @@ class ExecutorActor:
         if members:
             self.core.host_chain(members)
             self.cores.update({m.task_id: m for m in members})
+        for c in self.cores.values():  # the context names the submit (shared by restarts)
+            c.context = dataclasses.replace(c.context, submit_id=submit_id(prefix))
         #: task id → the task whose actor runs it (chained tasks only)
         self._hosts = topology.chain_hosts()
         tune_gc(self.core.conf["topology.executor.gc.threshold"])

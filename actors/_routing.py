@@ -499,6 +499,16 @@ def submit_prefix(topology_name: str, token: str) -> str:
     return f"storm-{topology_name}-{token}"
 
 
+def submit_id(prefix: str | None) -> str | None:
+    """The token of a :func:`submit_prefix` (the submit's id, ``TopologyContext.submit_id``);
+    None for None or any other string."""
+    m = _SUBMIT_PREFIX.match(prefix or "")
+    return m["token"] if m else None
+
+
+_SUBMIT_PREFIX = re.compile(r"^storm-.+-(?P<token>[0-9a-f]{8})$")
+
+
 def actor_name(prefix: str | None, kind: str, index: int) -> str:
     """The Ray actor name of task ``index``'s executor (``kind`` :data:`TASK`) or worker
     ``index``'s transfer actor (:data:`WORKER`) in the submit named ``prefix``:

@@ -220,6 +220,12 @@ class TopologyContext:
         component_tasks: every component's task ids.
         worker_index: the worker (placement group) holding this task.
         sources: for each ``(component, stream)`` this task subscribes to, its ``Fields``.
+        submit_id: the id of the submit running this task, 8 lowercase hex digits: every
+            incarnation of the task (a restart, a rollback) sees the same one, each submit
+            (a restore from a savepoint too) a new one, as Storm's topology id
+            (``TopologyContext.getStormId``); None in a context built by hand. Names that
+            must not collide between runs of one topology use it (``ParquetSink``'s files,
+            as Flink's ``FileSink`` puts a uid in each part file's name).
     """
 
     topology_name: str
@@ -229,6 +235,7 @@ class TopologyContext:
     component_tasks: dict[str, list[int]]
     worker_index: int = 0
     sources: dict[tuple[str, str], Fields] = field(default_factory=dict)
+    submit_id: str | None = None
 
     def get_this_task_id(self) -> int:
         return self.task_id
