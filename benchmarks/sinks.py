@@ -176,8 +176,9 @@ def sink_cpu(kind: str, n: int, per_checkpoint: int, root: Path, profile: bool =
     out.mkdir()
     sink = _sink(kind, out)
     if not isinstance(sink, DatasetSink):
-        sink.open_target()
-    sink.prepare({}, TopologyContext("cpu", "sink", 2, 0, {"rows": [1], "sink": [2]}), None)
+        sink.open_target(FIELDS)
+    sink.prepare({}, TopologyContext("cpu", "sink", 2, 0, {"rows": [1], "sink": [2]},
+                                     submit_id="0000c0de"), None)
     fields = Fields(FIELDS)
     tuples = [Tuple(list(r), fields, "rows", 1, "default") for r in rows(n)]
     prof = cProfile.Profile(time.process_time) if profile else None

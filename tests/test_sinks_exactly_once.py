@@ -34,21 +34,27 @@ class Checkpoints:
     """A sink task driven as the runtime drives it, with its checkpointed entries per
     checkpoint id (what a restore of that id returns)."""
 
-    def __init__(self, sink_factory, path):
+    def __init__(self, sink_factory, path, submit_id="5ab00001", component="sink",
+                 task_index=0, fields=FIELDS):
         self.path, self.factory = path, sink_factory
+        self.submit_id, self.component, self.index = submit_id, component, task_index
+        self.fields = fields
         self.stored: dict[int, dict] = {}
         self.task = self._start(None)
 
     def _start(self, checkpoint_id):
         ex = TwoPhaseCommitExecutor(self.factory())
-        ex.sink.open_target()
-        ex.prepare({}, TopologyContext("t", "sink", 3, 0, {"sink": [3]}), _Collector())
+        ex.sink.open_target(tuple(self.fields))
+        tasks = [3 + i for i in range(self.index + 1)]
+        ex.prepare({}, TopologyContext("t", self.component, tasks[-1], self.index,
+                                       {self.component: tasks}, submit_id=self.submit_id),
+                   _Collector())
         ex.restore_internals(dict(self.stored.get(checkpoint_id, {})), checkpoint_id)
         return ex
 
-    def write(self, ids):
+    def write(self, ids, kind=lambda i: "k" + str(i % 3)):
         for i in ids:
-            self.task.execute(Tuple([i, "k" + str(i % 3)], FIELDS, "src", 1, "default"))
+            self.task.execute(Tuple([i, kind(i)], self.fields, "src", 1, "default"))
 
     def snapshot(self, cid):
         puts, deletes = self.task.internal_changes(cid)
@@ -75,13 +81,14 @@ def test_files_appear_at_commit_and_once_across_a_restart_between_stage_and_comm
     c = Checkpoints(lambda: ParquetSink(path), path)
     c.write(range(10))
     c.snapshot(1)
-    assert os.listdir(os.path.join(path, "_staging")) and _ids(path) == []  # staged only
+    staging = os.path.join(path, "_staging", "5ab00001")  # the submit's staging directory
+    assert os.listdir(staging) and _ids(path) == []  # staged only
     c.task.internal_commit(1)
     assert _ids(path) == list(range(10))
     c.write(range(10, 20))
     c.snapshot(2)                      # staged, and the task dies before its commit
     c.restart(1)                       # checkpoint 2 did not commit: its file goes
-    assert os.listdir(os.path.join(path, "_staging")) == []
+    assert os.listdir(staging) == []
     c.write(range(10, 20))             # the replay
     c.snapshot(2)
     c.restart(2)                       # committed, the task died before publishing
@@ -89,7 +96,8 @@ def test_files_appear_at_commit_and_once_across_a_restart_between_stage_and_comm
     c.task.internal_commit(2)          # a late commit message changes nothing
     assert _ids(path) == list(range(20))
     names = sorted(os.listdir(path))
-    assert names == ["_staging", "part-sink-3-1-0.parquet", "part-sink-3-2-0.parquet"]
+    assert names == ["_staging", "part-sink-0-5ab00001-1-0.parquet",
+                     "part-sink-0-5ab00001-2-0.parquet"]
 
 
 def test_min_rows_carries_rows_in_the_checkpoint_until_a_file_is_due(tmp_path):
@@ -115,6 +123,96 @@ def test_min_rows_carries_rows_in_the_checkpoint_until_a_file_is_due(tmp_path):
     got = pads.dataset(path, format="parquet", partitioning="hive").to_table()
     assert sorted(zip(got.column("id").to_pylist(), got.column("kind").to_pylist(),
                       strict=True)) == [(i, f"k{i % 3}") for i in range(30)]
+
+
+def test_two_submits_into_one_path_keep_both_and_recovery_drops_only_its_own(tmp_path):
+    """Files are named per submit (Flink's ``FileSink`` puts a uid in each part file's
+    name): two runs of one topology into one path, whose checkpoint ids both start at 1,
+    keep both runs' rows; a task starting (``recover(None)``) leaves alone what another
+    submit staged, and one restoring what another component staged, also one whose id
+    extends its own with ``-<its task id>``."""
+    path = str(tmp_path / "out")
+
+    def run(submit, component="sink"):
+        return Checkpoints(lambda: ParquetSink(path), path, submit, component)
+
+    first = run("aaaaaaa1")
+    first.write(range(10))
+    first.snapshot(1)
+    first.task.internal_commit(1)
+    first.write(range(10, 20))
+    first.snapshot(2)                  # staged; its commit comes after the next run starts
+    cousin = run("aaaaaaa1", "sink-3")
+    cousin.write(range(20, 30))
+    cousin.snapshot(1)                 # staged, not yet committed
+    second = run("bbbbbbb2")           # the topology submitted again: ids from 1 again
+    second.write(range(100, 110))
+    second.snapshot(1)
+    second.task.internal_commit(1)
+    first.restart(2)                   # a restore of "sink": "sink-3"'s staged file stays
+    cousin.task.internal_commit(1)
+    assert _ids(path) == [*range(30), *range(100, 110)]
+
+
+def test_a_carry_still_pending_at_the_next_barrier_is_not_carried_twice(tmp_path):
+    """Each buffered row is in one transaction of a checkpoint (Flink's
+    ``CheckpointCommittableManager``): when barrier 2 comes before checkpoint 1's commit,
+    checkpoint 2 holds both carries, and a restore of it takes each row back once; without
+    a restore, the rows of both carries reach the file once."""
+    for restore in (True, False):
+        path = str(tmp_path / f"out-{restore}")
+        c = Checkpoints(lambda: ParquetSink(path, min_rows=25), path)  # noqa: B023
+        c.write(range(10))
+        c.snapshot(1)                  # carried (10 < 25); commit 1 has not come
+        c.write(range(10, 20))
+        c.snapshot(2)                  # carried too
+        if restore:
+            c.restart(2)
+        else:
+            c.task.internal_commit(2)  # commits 1 and 2, late
+        c.write(range(20, 30))
+        c.snapshot(3)
+        c.task.internal_commit(3)
+        assert _ids(path) == list(range(30)), f"restore={restore}"
+
+
+#: partition values that an unescaped path loses or merges ("" is null, as Spark writes it)
+PARTITION_VALUES = ["a/b", "a_b", "a b", "x:y=z?", "100%", "%41", "café", "2024-05-01 12:30:00",
+                    None, ""]
+
+
+def _partitioned(tmp_path, values) -> str:
+    path = str(tmp_path / "out")
+    c = Checkpoints(lambda: ParquetSink(path, partition_by=("kind",)), path)
+    c.write(range(len(values)), kind=values.__getitem__)
+    c.snapshot(1)
+    c.task.internal_commit(1)
+    return path
+
+
+def test_partition_values_read_back_as_written_by_pyarrow_and_duckdb(tmp_path):
+    """Partition directories escape path characters by percent-encoding, as Spark's
+    ``ExternalCatalogUtils.escapePathName``, and null is ``__HIVE_DEFAULT_PARTITION__``:
+    pyarrow's hive partitioning and DuckDB's read back ``str(value)``, and null as null
+    (the typed value with a partition schema)."""
+    import datetime
+
+    import duckdb
+    import pyarrow as pa
+
+    path = _partitioned(tmp_path, PARTITION_VALUES)
+    want = sorted(enumerate([v or None for v in PARTITION_VALUES]), key=repr)
+    t = pads.dataset(path, format="parquet", partitioning="hive").to_table()
+    assert sorted(zip(t["id"].to_pylist(), t["kind"].to_pylist(), strict=True),
+                  key=repr) == want
+    got = duckdb.sql(f"SELECT id, kind FROM read_parquet('{path}/*/*.parquet', "
+                     f"hive_partitioning = true, hive_types = {{'kind': 'VARCHAR'}})")
+    assert sorted(got.fetchall(), key=repr) == want
+    when = datetime.datetime(2024, 5, 1, 12, 30)
+    typed = pads.partitioning(pa.schema([("kind", pa.timestamp("us"))]), flavor="hive")
+    t = pads.dataset(_partitioned(tmp_path / "ts", [when, None]), format="parquet",
+                     partitioning=typed).to_table()
+    assert sorted(t["kind"].to_pylist(), key=repr) == [None, when]
 
 
 def _db_rows(db) -> list[int]:
@@ -161,8 +259,9 @@ def test_a_sink_that_cannot_publish_names_itself_and_the_checkpoint(tmp_path):
     c = Checkpoints(lambda: ParquetSink(path), path)
     c.write(range(3))
     c.snapshot(1)
-    for f in os.listdir(os.path.join(path, "_staging")):
-        os.remove(os.path.join(path, "_staging", f))
+    staging = os.path.join(path, "_staging", "5ab00001")
+    for f in os.listdir(staging):
+        os.remove(os.path.join(staging, f))
     with pytest.raises(SinkError, match="sink 'sink' task 3: commit of checkpoint 1"):
         c.task.internal_commit(1)
 

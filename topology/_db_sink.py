@@ -62,7 +62,7 @@ class DbApiSink(TwoPhaseCommitSink):
                         "qmark")
         return con, _MARKERS.get(style, ("?", "?"))
 
-    def open_target(self) -> None:
+    def open_target(self, fields=None) -> None:
         """Connect and create ``storm_sink_commits`` if missing (at submit).
 
         Raises:

@@ -5,19 +5,87 @@ when the checkpoint commits). Only its methods import ``pyarrow``.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from topology._errors import TopologyError
 from topology._two_phase import TwoPhaseCommitSink
 
 #: the staging directory under the dataset's root (readers skip ``_``-prefixed paths)
 STAGING = "_staging"
+#: the directory value of a null (or empty) partition value: Hive's default partition
+#: name, as Spark writes it (``ExternalCatalogUtils.DEFAULT_PARTITION_NAME``)
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+# the characters Spark's ``ExternalCatalogUtils.escapePathName`` escapes (its
+# ``charToEscape``, copied there from Hive's ``FileUtils``; the POSIX set, without the
+# Windows-only space, ``<``, ``>``, ``|``), plus NUL, which no file name may hold
+_ESCAPES = {c: f"%{c:02X}" for c in (*range(0x00, 0x20), *b'"#%\'*/:=?\\\x7f{[]^')}
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.=-]", "_", name)
+def escape_path_name(text: str) -> str:
+    """``text`` with path characters percent-encoded (``%`` and two uppercase hex
+    digits), as Spark's ``ExternalCatalogUtils.escapePathName``: ``"a/b"`` →
+    ``"a%2Fb"``; other characters, non-ASCII ones included, stay. Readers that decode
+    URI escapes in hive partition values (Spark, ``pyarrow.dataset``'s
+    ``HivePartitioning`` by default, DuckDB) read back ``text``."""
+    return text.translate(_ESCAPES)
+
+
+def partition_dir(column: str, value: Any) -> str:
+    """The hive directory of ``column`` = ``value``: ``<column>=<str(value)>``, both
+    escaped (:func:`escape_path_name`); None and ``""`` are :data:`NULL_PARTITION`, as
+    Spark's ``ExternalCatalogUtils.getPartitionPathString`` writes them (an empty value
+    is not a directory name Spark reads)."""
+    text = "" if value is None else str(value)
+    return f"{escape_path_name(column)}={escape_path_name(text) if text else NULL_PARTITION}"
+
+
+class PartName(NamedTuple):
+    """The parts of a part file's name (:func:`part_name`, :func:`parse_part_name`).
+
+    Attributes:
+        component: the sink's component id, escaped (:func:`escape_path_name`).
+        task_index: the task's index among its component's tasks (0-based).
+        submit_id: the submit's id (``TopologyContext.submit_id``, 8 hex digits).
+        checkpoint_id: the checkpoint whose commit publishes the file.
+        n: the file's number within that checkpoint's files of the task.
+    """
+
+    component: str
+    task_index: int
+    submit_id: str
+    checkpoint_id: int
+    n: int
+
+
+def part_name(p: PartName) -> str:
+    """``part-<component>-<task index>-<submit id>-<checkpoint>-<n>.parquet``."""
+    return f"part-{p.component}-{p.task_index}-{p.submit_id}-{p.checkpoint_id}-{p.n}.parquet"
+
+
+# anchored at both ends: the four fields after the component hold no "-", so a component
+# id with "-" in it parses (the component is what is left of the name)
+_PART = re.compile(r"^part-(?P<component>.+)-(?P<task_index>\d+)-(?P<submit_id>[0-9a-f]{8})-"
+                   r"(?P<checkpoint_id>\d+)-(?P<n>\d+)\.parquet$")
+
+
+def parse_part_name(name: str) -> PartName | None:
+    """The parts of a file name made by :func:`part_name`; None for any other name."""
+    m = _PART.match(name)
+    if m is None:
+        return None
+    return PartName(m["component"], int(m["task_index"]), m["submit_id"],
+                    int(m["checkpoint_id"]), int(m["n"]))
+
+
+def normalized_path(path: str) -> str:
+    """``path`` as compared between sinks: ``file://`` removed, a local path made
+    absolute (``os.path.abspath``), a URI without its trailing ``/``."""
+    if path.startswith("file://"):
+        path = path[len("file://"):]
+    return os.path.abspath(path) if "://" not in path else path.rstrip("/")
 
 
 class ParquetSink(TwoPhaseCommitSink):
@@ -27,12 +95,17 @@ class ParquetSink(TwoPhaseCommitSink):
     Columns are the input fields in order (every input stream must carry the same ones),
     typed by ``pyarrow`` from the values unless ``schema`` (a ``pyarrow.Schema``) is given.
     With ``partition_by``, rows go to hive-style directories ``<col>=<value>/`` (the
-    columns are left out of the files, as Spark's ``partitionBy``).
+    columns are left out of the files, as Spark's ``partitionBy``); the value is
+    ``str(value)`` with path characters percent-encoded, null (and ``""``) as
+    ``__HIVE_DEFAULT_PARTITION__`` (:func:`partition_dir`).
 
-    Files are written under ``<path>/_staging/`` when a checkpoint's barrier reaches the
-    task and moved into the dataset when the checkpoint commits, named
-    ``part-<component>-<task>-<checkpoint>-<n>.parquet``: a commit repeated after a restore
-    finds its files moved and changes nothing. A reader (Spark, pyarrow, DuckDB over
+    Files are written under ``<path>/_staging/<submit id>/`` when a checkpoint's barrier
+    reaches the task and moved into the dataset when the checkpoint commits, named
+    ``part-<component>-<task index>-<submit id>-<checkpoint>-<n>.parquet``
+    (:func:`part_name`): every run of a topology (a restore from a savepoint too) writes
+    names of its own, as Flink's ``FileSink`` puts a uid in each part file's name, so runs
+    into one path add to the dataset; a commit repeated after a restore finds its files
+    moved and changes nothing. A reader (Spark, pyarrow, DuckDB over
     ``<path>/*.parquet``, pandas, Ray Data) sees whole committed files only, never a staged
     or duplicate one. On a move-less store (S3) a move is a copy and a delete, atomic per
     object.
@@ -40,7 +113,10 @@ class ParquetSink(TwoPhaseCommitSink):
     Roll policy: a checkpoint writes a file only once ``min_rows`` rows are buffered, or
     ``max_checkpoints`` checkpoints have passed since the last file: meanwhile the buffered
     rows are carried in the task's checkpoint (so they survive a rollback), which costs
-    their size at each checkpoint. ``min_rows=1`` writes a file per checkpoint with rows.
+    their size at each checkpoint. Each row is in one transaction of a checkpoint (Flink's
+    ``CheckpointCommittableManager`` keeps each committable with one checkpoint): a carry
+    holds the rows no earlier carry still pending holds. ``min_rows=1`` writes a file per
+    checkpoint with rows.
 
     Args:
         path: the dataset's root directory (created if missing).
@@ -70,7 +146,7 @@ class ParquetSink(TwoPhaseCommitSink):
         self.max_checkpoints = max_checkpoints
 
     # -- the driver's check at submit ---------------------------------------------------------
-    def open_target(self) -> None:
+    def open_target(self, fields=None) -> None:
         """Create the dataset's root and staging directory (at submit, on the driver).
 
         Raises:
@@ -88,20 +164,36 @@ class ParquetSink(TwoPhaseCommitSink):
 
         if "://" in self.path:
             return pafs.FileSystem.from_uri(self.path)
-        import os
-
         return pafs.LocalFileSystem(), os.path.abspath(self.path)
 
     # -- the task -----------------------------------------------------------------------------
     def prepare(self, conf, context, collector) -> None:
+        """Raises:
+            TopologyError: the context names no submit (``TopologyContext.submit_id``
+                None, as in a context built by hand).
+        """
+        if not re.fullmatch(r"[0-9a-f]{8}", context.submit_id or ""):
+            raise TopologyError(f"ParquetSink {self.path!r}: the task's context names no "
+                                f"submit (TopologyContext.submit_id is "
+                                f"{context.submit_id!r}), which its file names need; run "
+                                f"it through submit_topology")
         self._fsys, self._root = self._fs()
-        self._prefix = f"part-{_safe(context.component_id)}-{context.task_id}-"
+        #: this task's files: component, task index, submit (the checkpoint and n vary)
+        self._own = (escape_path_name(context.component_id), context.task_index,
+                     context.submit_id)
+        self._staging = f"{self._root}/{STAGING}/{context.submit_id}"
+        self._fsys.create_dir(self._staging, recursive=True)
         self._names: tuple[str, ...] | None = None
         self._fields_seen = None  # the last input Fields found to match the columns
-        self._rows: list[list] = []
+        self._reset()
+        self.files_written = 0
+
+    def _reset(self) -> None:
+        self._rows: list[list] = []        # rows in no transaction yet
+        self._held: dict[int, list] = {}   # checkpoint id -> the rows its carry holds
+        self._held_rows = 0
         self._since_file = 0      # checkpoints since the last file
         self._covered = -1        # the buffer reflects every checkpoint up to this one
-        self.files_written = 0
 
     def write(self, tup) -> None:
         if tup.fields is self._fields_seen:  # (one Fields object per input stream)
@@ -122,50 +214,68 @@ class ParquetSink(TwoPhaseCommitSink):
         self._rows.append(list(tup.values))
 
     def pre_commit(self, checkpoint_id: int) -> Any:
+        """The rows since the last transaction, carried (below the roll policy's size) or
+        staged as files; rows of an earlier carry whose commit has not come stay in that
+        carry, and join the next transaction once it has."""
         self._since_file += 1
         self._covered = checkpoint_id
         rows = self._rows
         if not rows:
-            self._since_file = 0
+            if not self._held:
+                self._since_file = 0
             return None
-        if len(rows) < self.min_rows and self._since_file < self.max_checkpoints:
+        self._rows = []
+        if (len(rows) + self._held_rows < self.min_rows
+                and self._since_file < self.max_checkpoints):
+            self._held[checkpoint_id] = rows
+            self._held_rows += len(rows)
             return {"carry": rows, "names": list(self._names)}  # in the checkpoint
-        files = self._stage(checkpoint_id, rows)
-        self._rows, self._since_file = [], 0
-        return {"files": files}
+        self._since_file = 0
+        return {"files": self._stage(checkpoint_id, rows)}
 
     def _stage(self, checkpoint_id: int, rows: list[list]) -> list[list[str]]:
+        """Write ``rows`` under staging, a file per partition; returns ``[staged, final]``
+        path pairs."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         names = list(self._names)
-        parts: dict[tuple, list[list]] = {}
         keys = [names.index(c) for c in self.partition_by]
+        grouped: dict[tuple, list[list]] = {}
         for r in rows:
-            parts.setdefault(tuple(r[i] for i in keys), []).append(r)
+            grouped.setdefault(tuple(r[i] for i in keys), []).append(r)
         keep = [i for i in range(len(names)) if i not in keys]
+        parts = {values: ([names[i] for i in keep], [[r[i] for r in part] for i in keep])
+                 for values, part in grouped.items()}
         files = []
-        for n, (values, part_rows) in enumerate(sorted(parts.items(), key=lambda kv: repr(kv[0]))):
-            cols = {names[i]: [r[i] for r in part_rows] for i in keep}
+        for n, (values, (cols, data)) in enumerate(sorted(parts.items(),
+                                                          key=lambda kv: repr(kv[0]))):
             schema = self.schema
-            if schema is not None and keys:
+            if schema is not None and self.partition_by:
                 schema = pa.schema([f for f in schema if f.name in cols])
-            table = pa.table(cols, schema=schema)
-            name = f"{self._prefix}{checkpoint_id}-{n}.parquet"
-            sub = "".join(f"{c}={_safe(str(v))}/" for c, v in zip(self.partition_by, values,
-                                                                   strict=True))
-            staged = f"{self._root}/{STAGING}/{sub.replace('/', '__')}{name}"
-            final = f"{self._root}/{sub}{name}"
+            table = pa.table(dict(zip(cols, data, strict=True)), schema=schema)
+            sub = "".join(f"{partition_dir(c, v)}/" for c, v in zip(self.partition_by, values,
+                                                                     strict=True))
+            name = part_name(PartName(*self._own, checkpoint_id, n))
+            if sub:
+                self._fsys.create_dir(f"{self._staging}/{sub[:-1]}", recursive=True)
+            staged = f"{self._staging}/{sub}{name}"
             pq.write_table(table, staged, filesystem=self._fsys)
-            files.append([staged, final])
+            files.append([staged, f"{self._root}/{sub}{name}"])
         self.files_written += len(files)
         return files
 
     def commit(self, checkpoint_id: int, transaction: Any) -> None:
         if "carry" in transaction:
-            # rows carried in checkpoint N: after a restore the buffer is empty and takes
-            # them back; otherwise it holds them already (or wrote them since)
-            if checkpoint_id > self._covered:
+            held = self._held.pop(checkpoint_id, None)
+            if held is not None:
+                # carried by this task since its last restore: the rows are in no
+                # transaction once the runtime drops this one, so the next takes them
+                self._held_rows -= len(held)
+                self._rows = held + self._rows
+            elif checkpoint_id > self._covered:
+                # restored with its checkpoint: the buffer takes the rows back (a carry
+                # at or below _covered was taken already)
                 self._rows = [list(r) for r in transaction["carry"]] + self._rows
                 self._names = tuple(transaction["names"])
                 self._covered = checkpoint_id
@@ -187,19 +297,18 @@ class ParquetSink(TwoPhaseCommitSink):
             self._delete(staged)
 
     def recover(self, last_committed: int | None) -> None:
-        """Drop the buffer and this task's staged files of checkpoints above
-        ``last_committed``."""
+        """Drop the buffer and the staged files of this task (component, task index and
+        submit parsed from the whole name) of checkpoints above ``last_committed``; other
+        tasks' and other submits' staged files stay."""
         from pyarrow import fs as pafs
 
-        self._rows, self._since_file, self._covered = [], 0, -1
-        sel = pafs.FileSelector(f"{self._root}/{STAGING}", allow_not_found=True)
+        self._reset()
+        sel = pafs.FileSelector(self._staging, allow_not_found=True, recursive=True)
         for info in self._fsys.get_file_info(sel):
-            base = info.base_name.rsplit("__", 1)[-1]
-            if not base.startswith(self._prefix):
-                continue
-            cid = int(base[len(self._prefix):].split("-", 1)[0])
-            if last_committed is None or cid > last_committed:
-                self._delete(info.path)
+            p = parse_part_name(info.base_name)
+            if (info.type == pafs.FileType.File and p is not None and p[:3] == self._own
+                    and (last_committed is None or p.checkpoint_id > last_committed)):
+                self._fsys.delete_file(info.path)
 
     def _delete(self, path: str) -> None:
         from pyarrow import fs as pafs

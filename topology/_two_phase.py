@@ -72,9 +72,14 @@ class TwoPhaseCommitSink(Bolt):
     def abort(self, checkpoint_id: int, transaction: Any) -> None:
         """Discard ``transaction``: its checkpoint did not commit."""
 
-    def open_target(self) -> None:  # noqa: B027 (optional hook)
+    def open_target(self, fields: tuple[str, ...] | None = None) -> None:  # noqa: B027
         """Called once on the driver at submit, before anything starts: check that the
-        target can be reached (create it if need be).
+        target can be reached (create it if need be) and takes what the sink will write.
+        (An optional hook.)
+
+        Args:
+            fields: the field names of the tuples the sink will get: those its input
+                streams declare, or None when they declare different ones.
 
         Raises:
             TopologyError: the target cannot be used, naming it.
