@@ -240,13 +240,16 @@ class ParquetSink(TwoPhaseCommitSink):
         import pyarrow.parquet as pq
 
         names = list(self._names)
-        keys = [names.index(c) for c in self.partition_by]
-        grouped: dict[tuple, list[list]] = {}
-        for r in rows:
-            grouped.setdefault(tuple(r[i] for i in keys), []).append(r)
-        keep = [i for i in range(len(names)) if i not in keys]
-        parts = {values: ([names[i] for i in keep], [[r[i] for r in part] for i in keep])
-                 for values, part in grouped.items()}
+        if not self.partition_by:  # one table, built column by column
+            parts = {(): (names, list(zip(*rows, strict=True)))}
+        else:
+            keys = [names.index(c) for c in self.partition_by]
+            grouped: dict[tuple, list[list]] = {}
+            for r in rows:
+                grouped.setdefault(tuple(r[i] for i in keys), []).append(r)
+            keep = [i for i in range(len(names)) if i not in keys]
+            parts = {values: ([names[i] for i in keep], [[r[i] for r in part] for i in keep])
+                     for values, part in grouped.items()}
         files = []
         for n, (values, (cols, data)) in enumerate(sorted(parts.items(),
                                                           key=lambda kv: repr(kv[0]))):
