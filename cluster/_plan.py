@@ -103,6 +103,14 @@ class TopologyPlan:
         return len(self.workers) > 1
 
 
+def input_fields(topology: StormTopology, component_id: str) -> tuple[str, ...] | None:
+    """The field names of the tuples ``component_id`` gets: those its input streams
+    declare, when they all declare the same; None when they differ."""
+    spec = topology.components[component_id]
+    declared = {tuple(topology.components[g.source].streams[g.stream]) for g in spec.inputs}
+    return declared.pop() if len(declared) == 1 else None
+
+
 def assign_tasks(topology: StormTopology, workers: int,
                  hosts: Mapping[int, int] | None = None) -> dict[int, int]:
     """Task id → worker index, round robin over tasks in id order (deterministic): task

@@ -26,7 +26,7 @@ from actors import (
 )
 from actors.state import checkpointed
 from cluster._handle import TopologyHandle
-from cluster._plan import TopologyPlan, assign_tasks, plan
+from cluster._plan import TopologyPlan, assign_tasks, input_fields, plan
 from cluster._registry import placement_group_name
 from topology import StormTopology, TopologyError, TwoPhaseCommitSink
 
@@ -84,10 +84,24 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
                                 f"persistent window or two-phase-commit sink), so savepoint "
                                 f"{savepoint.path} has nothing to restore into")
         check_restore(savepoint, p.topology, allow_non_restored_state)
-    for spec in p.topology.components.values():  # sinks' targets, before anything starts
-        if isinstance(spec.obj, TwoPhaseCommitSink):
-            spec.obj.open_target()
+    open_targets(p)  # sinks' targets, before anything starts
     return launch(p, name, ready_timeout, detached, savepoint)
+
+
+def open_targets(p: TopologyPlan) -> None:
+    """Call each two-phase-commit sink's ``open_target`` with the fields its input
+    streams declare (:func:`~cluster._plan.input_fields`), on this driver, before anything
+    starts.
+
+    Raises:
+        TopologyError: a sink's target cannot be used, the message naming the sink.
+    """
+    for cid, spec in sorted(p.topology.components.items()):
+        if isinstance(spec.obj, TwoPhaseCommitSink):
+            try:
+                spec.obj.open_target(input_fields(p.topology, cid))
+            except TopologyError as e:
+                raise TopologyError(f"sink {cid!r}: {e}") from None
 
 
 def launch(p: TopologyPlan, name: str, ready_timeout: float = 120,

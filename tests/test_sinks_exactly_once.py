@@ -254,6 +254,134 @@ def test_db_rows_go_in_with_their_checkpoint_once_across_restarts(tmp_path):
     assert _db_rows(db) == list(range(20))
 
 
+def test_named_paramstyle_commits_each_row_as_a_mapping_once(tmp_path):
+    """PEP 249's ``named`` style (``:name``, parameters in a mapping), which sqlite3 takes
+    beside its own ``qmark``: with ``paramstyle="named"`` the sink's statements and each
+    row go as mappings, a row keyed by its fields (the statement names them in another
+    order than the input's)."""
+    import functools
+    import sqlite3
+
+    db = str(tmp_path / "out.db")
+    _db_sink(db)  # (the table)
+    c = Checkpoints(lambda: DbApiSink(functools.partial(sqlite3.connect, db, timeout=30),
+                                      "INSERT INTO t (kind, id) VALUES (:kind, :id)",
+                                      paramstyle="named"), db)
+    c.write(range(10))
+    c.snapshot(1)
+    c.task.internal_commit(1)
+    c.write(range(10, 20))
+    c.snapshot(2)
+    c.restart(2)                               # committed; restored and published
+    c.task.internal_commit(2)
+    assert _db_rows(db) == list(range(20))
+
+
+class _FormatCursor:
+    """A ``format``-style driver's cursor over sqlite3: ``%s`` only, ``?`` refused."""
+
+    def __init__(self, cur):
+        self._cur = cur
+
+    @staticmethod
+    def _sql(sql):
+        if "?" in sql:
+            raise ValueError(f"this driver's paramstyle is 'format': {sql}")
+        return sql.replace("%s", "?")
+
+    def execute(self, sql, params=()):
+        self._cur.execute(self._sql(sql), params)
+        return self
+
+    def executemany(self, sql, rows):
+        self._cur.executemany(self._sql(sql), rows)
+
+    def fetchone(self):
+        return self._cur.fetchone()
+
+
+class _FormatConnection:
+    def __init__(self, db):
+        import sqlite3
+
+        self._con = sqlite3.connect(db)
+
+    def cursor(self):
+        return _FormatCursor(self._con.cursor())
+
+    def commit(self):
+        self._con.commit()
+
+    def rollback(self):
+        self._con.rollback()
+
+    def close(self):
+        self._con.close()
+
+
+def test_the_paramstyle_is_read_from_the_connection_module_down(tmp_path, monkeypatch):
+    """A driver whose top-level package declares no ``paramstyle`` (``mysql`` for
+    ``mysql.connector``): the style is the one of the longest dotted prefix of the
+    connection class's module that declares one."""
+    import functools
+    import sys
+    import types
+
+    for name, style in (("fakedb", None), ("fakedb.connector", "format"),
+                        ("fakedb.connector.connection", None)):
+        module = types.ModuleType(name)
+        if style:
+            module.paramstyle = style
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(_FormatConnection, "__module__", "fakedb.connector.connection")
+    db = str(tmp_path / "out.db")
+    _db_sink(db)
+    c = Checkpoints(lambda: DbApiSink(functools.partial(_FormatConnection, db),
+                                      "INSERT INTO t (id, kind) VALUES (%s, %s)"), db)
+    c.write(range(5))
+    c.snapshot(1)
+    c.task.internal_commit(1)
+    assert _db_rows(db) == list(range(5))
+
+
+def test_a_statement_that_does_not_fit_is_refused_at_submit_naming_sink_style_and_counts(
+        tmp_path):
+    """At submit the sink's own parameterised ``SELECT`` runs in a transaction rolled back
+    (proving the style), and the statement's placeholders for that style must number the
+    fields it will get (``fields``, else the input stream's); the user's statement never
+    runs there."""
+    import functools
+    import sqlite3
+
+    db = str(tmp_path / "out.db")
+    _db_sink(db)
+    connect = functools.partial(sqlite3.connect, db, timeout=30)
+    fields = ("id", "kind")
+    refused = [  # (statement, DbApiSink's other arguments, what the refusal says)
+        ("INSERT INTO t VALUES (?, ?, ?)", {}, "qmark.* 3 .* 2 fields"),
+        ("INSERT INTO t VALUES (%s, %s)", {}, "qmark.* 0 .* 2 fields"),
+        ("INSERT INTO t (id) VALUES (:id)", {"paramstyle": "named"}, "named.* 1 .* 2 fields"),
+        ("INSERT INTO t (id, kind) VALUES (:id, :knd)", {"paramstyle": "named"},
+         "named.*'knd'"),
+        ("INSERT INTO t VALUES (?, ?)", {"fields": ("id",)}, "qmark.* 2 .* 1 field"),
+        ("INSERT INTO t VALUES (%s, %s)", {"paramstyle": "format"}, "'format'.*SELECT"),
+    ]
+    for statement, kw, match in refused:
+        with pytest.raises(TopologyError, match=match):
+            DbApiSink(connect, statement, **kw).open_target(fields)
+    # placeholders in literals, comments and casts are not parameters
+    DbApiSink(connect, "INSERT INTO t VALUES (?, '?') -- ?\n").open_target(("id",))
+    from cluster._plan import plan
+    from cluster._submit import open_targets
+
+    b = TopologyBuilder()
+    b.set_spout("src", IterableSpout([(1, "a")], fields))
+    b.set_bolt("db", DbApiSink(connect, refused[0][0])).shuffle_grouping("src")
+    with pytest.raises(TopologyError, match=r"sink 'db': .*qmark.* 3 .* 2 fields"):
+        open_targets(plan(b.create_topology(), {"topology.acker.executors": 0}))
+    assert _db_rows(db) == []
+
+
 def test_a_sink_that_cannot_publish_names_itself_and_the_checkpoint(tmp_path):
     path = str(tmp_path / "out")
     c = Checkpoints(lambda: ParquetSink(path), path)
