@@ -382,6 +382,24 @@ def test_a_statement_that_does_not_fit_is_refused_at_submit_naming_sink_style_an
     assert _db_rows(db) == []
 
 
+def test_two_parquet_sinks_of_one_topology_on_one_path_are_refused_at_build(
+        tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def topology(*paths):
+        b = TopologyBuilder()
+        b.set_spout("src", IterableSpout([(1, "a")], ("id", "kind")))
+        for name, path in zip("ab", paths, strict=False):
+            b.set_bolt(name, ParquetSink(path)).shuffle_grouping("src")
+        return b.create_topology()
+
+    with pytest.raises(TopologyError, match=r"'a' and 'b' .*'" + str(tmp_path / "out")):
+        topology("out", f"file://{tmp_path}/out/")
+    topology("out", "out2")
+    topology("out")
+    topology("out")  # two topologies into one path: each run names its own files
+
+
 def test_a_sink_that_cannot_publish_names_itself_and_the_checkpoint(tmp_path):
     path = str(tmp_path / "out")
     c = Checkpoints(lambda: ParquetSink(path), path)

@@ -18,6 +18,7 @@ from topology._dead_letters import DEAD_LETTER_FIELDS, DEAD_LETTER_STREAM, DEAD_
 from topology._errors import ConfigError, TopologyError
 from topology._fields import Fields
 from topology._sinks import DeadLetterSink
+from topology._two_phase import TwoPhaseCommitSink
 from topology.windows import LATE_FIELDS, WindowedBolt
 
 #: The grouping kinds, Storm's names.
@@ -517,7 +518,9 @@ class TopologyBuilder:
         Raises:
             TopologyError: no spout; parallelism < 1; a subscription to an unknown
                 component or undeclared stream; a fields grouping on an undeclared field;
-                a direct grouping on a stream not declared direct; a bolt without inputs.
+                a direct grouping on a stream not declared direct; a bolt without inputs;
+                two sink components writing into one target (``ParquetSink`` paths
+                compared absolute, without ``file://``).
         """
         comps = {}
         for cid, obj in self._objs.items():
@@ -545,6 +548,15 @@ def _validate_structure(comps: Mapping[str, ComponentSpec]) -> None:
     frozen components; see :meth:`TopologyBuilder.create_topology` for what is raised."""
     if not any(spec.is_spout for spec in comps.values()):
         raise TopologyError("a topology needs at least one spout")
+    writers: dict[str, str] = {}  # a sink's exclusive target -> its component
+    for cid, spec in sorted(comps.items()):
+        target = (spec.obj.exclusive_target() if isinstance(spec.obj, TwoPhaseCommitSink)
+                  else None)
+        if target is not None and target in writers:
+            raise TopologyError(f"sinks {writers[target]!r} and {cid!r} both write into "
+                                f"{target!r}: give each sink component its own target")
+        if target is not None:
+            writers[target] = cid
     for cid, spec in comps.items():
         par = spec.parallelism
         if not isinstance(par, int) or isinstance(par, bool) or par < 1:

@@ -145,6 +145,10 @@ class ParquetSink(TwoPhaseCommitSink):
         self.min_rows = min_rows
         self.max_checkpoints = max_checkpoints
 
+    def exclusive_target(self) -> str:
+        """The dataset's root (:func:`normalized_path`): one sink component per path."""
+        return normalized_path(self.path)
+
     # -- the driver's check at submit ---------------------------------------------------------
     def open_target(self, fields=None) -> None:
         """Create the dataset's root and staging directory (at submit, on the driver).

@@ -85,6 +85,12 @@ class TwoPhaseCommitSink(Bolt):
             TopologyError: the target cannot be used, naming it.
         """
 
+    def exclusive_target(self) -> str | None:
+        """The target no other sink component of the same topology may write into (a
+        dataset's root, say), compared at build; None (the default) when sinks may share
+        theirs."""
+        return None
+
     def recover(self, last_committed: int | None) -> None:  # noqa: B027 (optional hook)
         """After a restore to ``last_committed`` (None: nothing committed), and at start:
         drop staged data of later checkpoints that no transaction names."""
