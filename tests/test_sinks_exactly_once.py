@@ -459,3 +459,61 @@ def test_ids_reach_parquet_and_sqlite_exactly_once_with_sinks_and_a_relay_killed
     assert duckdb.sql(f"SELECT count(*), count(DISTINCT id) FROM '{out}/*.parquet'"
                       ).fetchall() == [(n, n)]
     assert _db_rows(db) == list(range(n))
+
+
+def test_runs_into_one_path_add_up_and_a_named_driver_commits_once(cluster, name, tmp_path):
+    """One topology submitted three times into one ``ParquetSink`` path and one SQLite
+    table written in the ``named`` paramstyle: run 1 writes ids 0..n-1 to the end; run 2
+    writes n..2n-1 and is stopped with a savepoint mid-stream; run 3, restored from it,
+    writes the rest. The dataset holds every id once, in the files of three submits, run
+    1's files untouched; the table holds every id once."""
+    import functools
+    import sqlite3
+
+    from tests.components import RelayBolt
+    from topology._parquet_sink import parse_part_name
+
+    n = 600
+    out, db, sp = str(tmp_path / "out"), str(tmp_path / "out.db"), str(tmp_path / "sp")
+    _db_sink(db)  # (the table)
+
+    def topology(first):
+        b = TopologyBuilder()
+        b.set_spout("src", IterableSpout([(i, f"k{i % 3}") for i in range(first, first + n)],
+                                         ("id", "kind")))
+        b.set_bolt("relay", RelayBolt(("id", "kind"), delay_s=0.002)).shuffle_grouping("src")
+        b.set_bolt("parquet", ParquetSink(out)).shuffle_grouping("relay")
+        b.set_bolt("db", DbApiSink(functools.partial(sqlite3.connect, db, timeout=30),
+                                   "INSERT INTO t (kind, id) VALUES (:kind, :id)",
+                                   paramstyle="named")).shuffle_grouping("relay")
+        return b.create_topology()
+
+    def files():
+        return {f: os.stat(os.path.join(out, f)).st_mtime_ns for f in os.listdir(out)
+                if f.endswith(".parquet")}
+
+    conf = {"topology.acker.executors": 0, "topology.state.checkpoint.interval.ms": 200,
+            "topology.executor.receive.buffer.size": 64,
+            "topology.state.checkpoint.dir": str(tmp_path / "ckpt")}
+    handle = cluster.submit_topology(name, conf, topology(0))
+    try:
+        assert handle.wait(60), handle.stats().summary()
+    finally:
+        cluster.kill_topology(name)
+    first = files()
+    handle = cluster.submit_topology(name, conf, topology(n))
+    try:
+        until(lambda: handle.checkpoint_stats()["completed"] >= 1, 30, "a checkpoint")
+        handle.kill(savepoint=sp)
+    finally:
+        cluster.topologies.pop(name, None)
+    handle = cluster.submit_topology(name, conf, topology(n), restore_from=sp)
+    try:
+        assert handle.wait(60), handle.stats().summary()
+    finally:
+        cluster.kill_topology(name)
+    assert _ids(out) == list(range(2 * n))
+    now = files()
+    assert {f: now[f] for f in first} == first
+    assert len({parse_part_name(f).submit_id for f in now}) == 3
+    assert _db_rows(db) == list(range(2 * n))
