@@ -244,8 +244,10 @@ class ParquetSink(TwoPhaseCommitSink):
         import pyarrow.parquet as pq
 
         names = list(self._names)
-        if not self.partition_by:  # one table, built column by column
-            parts = {(): (names, list(zip(*rows, strict=True)))}
+        if not self.partition_by:  # one table: a list per column, no grouping
+            # (zip(*rows) measured slower, and unevenly so: a tuple per column and an
+            # argument per row)
+            parts = {(): (names, [[r[i] for r in rows] for i in range(len(names))])}
         else:
             keys = [names.index(c) for c in self.partition_by]
             grouped: dict[tuple, list[list]] = {}
