@@ -419,6 +419,8 @@ def test_an_unwritable_target_is_refused_at_submit_naming_it(tmp_path):
         ParquetSink(str(blocker / "out")).open_target()
     with pytest.raises(TopologyError, match="min_rows"):
         ParquetSink(str(tmp_path), min_rows=0)
+    with pytest.raises(TopologyError, match=r"partition_by \['day'\] not in the input"):
+        ParquetSink(str(tmp_path / "p"), partition_by=("day",)).open_target(("id", "kind"))
 
 
 # -- on Ray ---------------------------------------------------------------------------------------

@@ -154,8 +154,13 @@ class ParquetSink(TwoPhaseCommitSink):
         """Create the dataset's root and staging directory (at submit, on the driver).
 
         Raises:
-            TopologyError: the target cannot be reached or written, naming it.
+            TopologyError: the target cannot be reached or written, naming it; a
+                ``partition_by`` field not among the input's ``fields``.
         """
+        missing = [c for c in self.partition_by if fields is not None and c not in fields]
+        if missing:
+            raise TopologyError(f"ParquetSink {self.path!r}: partition_by {missing} not in "
+                                f"the input fields {list(fields)}")
         try:
             fs, root = self._fs()
             fs.create_dir(f"{root}/{STAGING}", recursive=True)
