@@ -254,6 +254,14 @@ def test_db_rows_go_in_with_their_checkpoint_once_across_restarts(tmp_path):
     assert _db_rows(db) == list(range(20))
 
 
+def test_spark_reads_partition_values_back_as_written(spark, tmp_path):
+    """Spark's reader, which unescapes what ``escapePathName`` escapes, reads back
+    ``str(value)``, and null (and ``""``) as null."""
+    path = _partitioned(tmp_path, PARTITION_VALUES)
+    rows = spark.read.schema("id BIGINT, kind STRING").parquet(path).collect()
+    assert sorted(((r.id, r.kind) for r in rows), key=repr) == sorted(
+        enumerate([v or None for v in PARTITION_VALUES]), key=repr)
+
 def test_named_paramstyle_commits_each_row_as_a_mapping_once(tmp_path):
     """PEP 249's ``named`` style (``:name``, parameters in a mapping), which sqlite3 takes
     beside its own ``qmark``: with ``paramstyle="named"`` the sink's statements and each

@@ -111,3 +111,18 @@ def test_an_unreachable_server_is_refused_at_submit_naming_the_factory():
     with pytest.raises(TopologyError, match=r"DbApiSink functools\.partial\(.*psycopg.*"
                        + conninfo.split()[1] + r".*the database cannot be used"):
         sink.open_target()
+
+
+def test_pyformat_names_take_each_row_as_a_mapping_and_are_counted_at_submit(pg):
+    """psycopg declares ``pyformat``: a statement written with ``%(name)s`` gets each row as
+    a mapping keyed by its fields (here in another order than the input's); one whose
+    names do not number the fields is refused at submit."""
+    t = _table(pg, "id INTEGER, kind TEXT")
+    c = Checkpoints(lambda: _sink(pg, f"INSERT INTO {t} (kind, id) VALUES (%(kind)s, %(id)s)"),
+                    t)
+    c.write(range(5))
+    c.snapshot(1)
+    c.task.internal_commit(1)
+    assert _rows(pg, f"SELECT id, kind FROM {t}") == [(i, f"k{i % 3}") for i in range(5)]
+    with pytest.raises(TopologyError, match=r"'pyformat' .* 1 placeholder, .* 2 fields"):
+        _sink(pg, f"INSERT INTO {t} (id) VALUES (%(id)s)").open_target(("id", "kind"))
