@@ -100,6 +100,7 @@ class ParquetSink(TwoPhaseCommitSink):
         self._fields_seen = None  # the last input Fields found to match the columns
         self._rows: list[list] = []
         self._since_file = 0      # checkpoints since the last file
+        self._input_ended = False  # end_of_input() came: write everything at pre_commit
         self._covered = -1        # the buffer reflects every checkpoint up to this one
         self.files_written = 0
 
@@ -121,6 +122,11 @@ class ParquetSink(TwoPhaseCommitSink):
         self._fields_seen = tup.fields
         self._rows.append(list(tup.values))
 
+    def end_of_input(self) -> None:
+        """The input has ended: rows are no longer held back for ``min_rows`` (the next
+        checkpoint may be the stream's final one)."""
+        self._input_ended = True
+
     def pre_commit(self, checkpoint_id: int) -> Any:
         self._since_file += 1
         self._covered = checkpoint_id
@@ -128,7 +134,8 @@ class ParquetSink(TwoPhaseCommitSink):
         if not rows:
             self._since_file = 0
             return None
-        if len(rows) < self.min_rows and self._since_file < self.max_checkpoints:
+        if (len(rows) < self.min_rows and self._since_file < self.max_checkpoints
+                and not self._input_ended):
             return {"carry": rows, "names": list(self._names)}  # in the checkpoint
         files = self._stage(checkpoint_id, rows)
         self._rows, self._since_file = [], 0
@@ -192,6 +199,7 @@ class ParquetSink(TwoPhaseCommitSink):
         from pyarrow import fs as pafs
 
         self._rows, self._since_file, self._covered = [], 0, -1
+        self._input_ended = False  # (a restore after the end calls end_of_input again)
         sel = pafs.FileSelector(f"{self._root}/{STAGING}", allow_not_found=True)
         for info in self._fsys.get_file_info(sel):
             base = info.base_name.rsplit("__", 1)[-1]

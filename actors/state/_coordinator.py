@@ -166,10 +166,12 @@ class CoordinatorCore:
     def tick(self, now: float) -> list[Action]:
         """Start a round when one is due (not if the log cannot record it: it is tried
         again an interval later); fail a round past its deadline."""
-        if self.failure is not None or self.final:
+        if self.failure is not None:
             return []
         if self.waiting is not None:
             return self._maybe_resume(now)  # (a delayed resume)
+        if self.final:  # (the stream's last round has committed)
+            return []
         if self.round is not None:
             if now - self.round_started > self.timeout_s:
                 self.failed_rounds += 1
