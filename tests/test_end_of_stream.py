@@ -16,12 +16,21 @@ import pytest
 from actors import make_executor, stream_table
 from actors._streams import BARRIER_STREAM, DRAINED_STREAM, EOS_STREAM
 from actors.state import CoordinatorCore, enable_checkpoints
+from actors.state._coordinator import FINISH_ATTEMPTS
 from actors.state._provider import FINAL
 from actors.state._task import FINISHED_KEY
 from actors.state.providers import MemoryProvider
 from tests._util import until
 from tests.components import GatedCountSpout, PassBolt, TotalsWordCount, words
-from topology import DbApiSink, IterableSpout, ParquetSink, TopologyBuilder
+from cluster import TopologyFailed
+from topology import (
+    DbApiSink,
+    Duration,
+    IterableSpout,
+    ParquetSink,
+    TopologyBuilder,
+    WindowedBolt,
+)
 
 # -- the coordinator ---------------------------------------------------------------------------
 
@@ -275,32 +284,30 @@ def _db_totals(db) -> list:
         con.close()
 
 
-@pytest.mark.parametrize("kill", ["none", "before-and-after-the-spouts-ended"])
-def test_totals_emitted_in_finish_reach_parquet_and_sqlite_once(cluster, name, tmp_path,
-                                                                kill):
+def test_totals_emitted_in_finish_reach_parquet_and_sqlite_once_across_kills(
+        cluster, name, tmp_path):
     """The README's word count, stateful, emits its totals in finish() into a ParquetSink
-    (holding rows back for bigger files) and a DbApiSink on SQLite: each holds every total
-    once, also with a counting task killed once mid-stream and once after the spouts'
-    input ended (its finish() takes a second: before the final commit)."""
+    (holding rows back for bigger files) and a DbApiSink on SQLite; a counting task is
+    killed once mid-stream and once after the spouts' input ended (its finish() takes a
+    second: before the final commit). Each sink holds every total once (a run without
+    kills proves nothing more: its totals took the same path)."""
     from tests.test_state import _kill_and_wait
 
-    data = words(3000 if kill == "none" else 6000)
+    data = words(6000)
     out, db = str(tmp_path / "out"), str(tmp_path / "out.db")
     conf = {"topology.acker.executors": 0, "topology.state.checkpoint.interval.ms": 200,
             "topology.state.checkpoint.dir": str(tmp_path / "ckpt"),
             "topology.executor.receive.buffer.size": 256, "topology.producer.batch.size": 50}
-    topology = _totals_topology(data, out, db, **({} if kill == "none" else {
-        "delay_s": 0.0005, "finish_delay_s": 1.0}))
+    topology = _totals_topology(data, out, db, delay_s=0.0005, finish_delay_s=1.0)
     handle = cluster.submit_topology(name, conf, topology)
     try:
-        if kill != "none":
-            victim = handle.topology.component_tasks["count"][0]
-            until(lambda: handle.checkpoint_stats()["completed"] >= 1, 60, "a checkpoint")
-            _kill_and_wait(handle, victim)
-            spouts = set(handle.topology.component_tasks["src"])
-            until(lambda: spouts <= set(handle.checkpoint_stats()["data_ended_tasks"]),
-                  60, "the spouts' end of data")
-            _kill_and_wait(handle, victim)
+        victim = handle.topology.component_tasks["count"][0]
+        until(lambda: handle.checkpoint_stats()["completed"] >= 1, 60, "a checkpoint")
+        _kill_and_wait(handle, victim)
+        spouts = set(handle.topology.component_tasks["src"])
+        until(lambda: spouts <= set(handle.checkpoint_stats()["data_ended_tasks"]),
+              60, "the spouts' end of data")
+        _kill_and_wait(handle, victim)
         assert handle.wait(120), handle.stats().summary()
         s = handle.checkpoint_stats()
         assert s["final"] and s["failure"] is None
@@ -309,3 +316,61 @@ def test_totals_emitted_in_finish_reach_parquet_and_sqlite_once(cluster, name, t
     expected = sorted(collections.Counter(data).items())
     assert _parquet_totals(out) == expected
     assert _db_totals(db) == expected
+
+
+class _HourlyCounts(WindowedBolt):
+    """Per origin and event-time hour: ``(origin, start_ms, n)``."""
+
+    outputs = ("origin", "start_ms", "n")
+
+    def prepare(self, conf, context, collector) -> None:
+        self.collector = collector
+
+    def execute(self, window) -> None:
+        for origin, n in sorted(collections.Counter(t["origin"] for t in window.get()).items()):
+            self.collector.emit((origin, window.start_timestamp, n))
+
+
+def test_hourly_windows_that_fire_at_the_end_of_input_reach_parquet_once(cluster, name,
+                                                                         tmp_path):
+    """Persistent event-time hourly windows (the topology checkpoints: a ParquetSink):
+    the last hours' windows fire only when the input ends, and their rows reach the
+    dataset with the others, each once."""
+    import pyarrow.dataset as pads
+
+    hour = 3_600_000
+    rows = [("ABC"[i % 3], i * 97_000) for i in range(600)]   # 16 hours of events
+    b = TopologyBuilder()
+    b.set_spout("rows", IterableSpout(rows, ("origin", "ts")), 2)
+    b.set_bolt("win", _HourlyCounts().with_tumbling_window(Duration(hour))
+               .with_timestamp_field("ts"), 2).fields_grouping("rows", ("origin",))
+    out = str(tmp_path / "out")
+    b.set_bolt("parquet", ParquetSink(out), 1).shuffle_grouping("win")
+    conf = {"topology.acker.executors": 0, "topology.state.checkpoint.interval.ms": 200,
+            "topology.state.checkpoint.dir": str(tmp_path / "ckpt")}
+    handle = cluster.submit_topology(name, conf, b.create_topology())
+    try:
+        assert handle.wait(120), handle.stats().summary()
+    finally:
+        cluster.kill_topology(name)
+    t = pads.dataset(out, format="parquet").to_table()
+    got = sorted(zip(t.column("origin").to_pylist(), t.column("start_ms").to_pylist(),
+                     t.column("n").to_pylist(), strict=True))
+    expected = collections.Counter((o, ts - ts % hour) for o, ts in rows)
+    assert got == sorted((o, start, n) for (o, start), n in expected.items())
+
+
+def test_a_finish_that_keeps_raising_fails_the_topology_naming_its_task(cluster, name,
+                                                                        tmp_path):
+    b = TopologyBuilder()
+    b.set_spout("src", IterableSpout(words(50), fields=("word",)))
+    b.set_bolt("count", TotalsWordCount(fail_finish=99), 1).shuffle_grouping("src")
+    conf = {"topology.acker.executors": 0, "topology.state.checkpoint.interval.ms": 200,
+            "topology.state.checkpoint.dir": str(tmp_path / "ckpt")}
+    handle = cluster.submit_topology(name, conf, b.create_topology())
+    try:
+        with pytest.raises(TopologyFailed, match=r"count:\d+: finish\(\) raised RuntimeError"):
+            handle.wait(120)
+        assert handle.checkpoint_stats()["rollbacks"] == FINISH_ATTEMPTS - 1
+    finally:
+        cluster.kill_topology(name)

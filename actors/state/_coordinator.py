@@ -112,6 +112,9 @@ class CoordinatorCore:
         self.data_ended: set[int] = set()
         #: the final round, once started (its barrier follows every task's finish())
         self.final_round: int | None = None
+        #: when the last spout's input ended, in this generation (monotonic s; the host's
+        #: clock, so a driver on the same node can time the end: benchmarks/sinks.py)
+        self.spouts_ended_at: float | None = None
         #: the last committed checkpoint is the stream's final one
         self.final = phase == FINAL and bool(self.committed) and cid == self.committed[-1]
         #: finish() failures in a row, per task; and why the topology failed (None: it
@@ -262,6 +265,8 @@ class CoordinatorCore:
         if gen != self.gen or self.waiting is not None or self.final:
             return []
         self.data_ended.add(task)
+        if self.spouts_ended_at is None and set(self.spouts) <= self.data_ended | self.finished:
+            self.spouts_ended_at = now
         if self.all_data_ended():
             self.request(now)
         return self.tick(now)
@@ -310,6 +315,7 @@ class CoordinatorCore:
         self.round = None
         self.final_round = None
         self.data_ended.clear()  # (every task rewinds: its input ends again)
+        self.spouts_ended_at = None
         self.gen = max(time.time_ns(), self.gen + 1)
         self.rollbacks += 1
         self.rollbacks_in_a_row += 1
@@ -337,6 +343,7 @@ class CoordinatorCore:
                 "failed_rounds": self.failed_rounds, "ended_tasks": sorted(self.finished),
                 "rollbacks_in_a_row": self.rollbacks_in_a_row,
                 "data_ended_tasks": sorted(self.data_ended), "final": self.final,
+                "spouts_ended_at": self.spouts_ended_at,
                 "failure": self.failure,
                 "last_duration_ms": (None if self.last_duration_s is None
                                      else round(self.last_duration_s * 1000, 3))}
