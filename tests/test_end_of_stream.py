@@ -31,6 +31,7 @@ from topology import (
     TopologyBuilder,
     WindowedBolt,
 )
+from topology._two_phase import TwoPhaseCommitSink
 
 # -- the coordinator ---------------------------------------------------------------------------
 
@@ -374,3 +375,52 @@ def test_a_finish_that_keeps_raising_fails_the_topology_naming_its_task(cluster,
         assert handle.checkpoint_stats()["rollbacks"] == FINISH_ATTEMPTS - 1
     finally:
         cluster.kill_topology(name)
+
+
+class _FlakyPublishSink(TwoPhaseCommitSink):
+    """Holds rows per checkpoint; its first ``commit`` raises, later ones publish."""
+
+    def prepare(self, conf, context, collector) -> None:
+        self.rows, self.published, self.fails_left = [], [], 1
+
+    def write(self, tup) -> None:
+        self.rows.append(tup.values[0])
+
+    def pre_commit(self, checkpoint_id):
+        rows, self.rows = self.rows, []
+        return rows or None
+
+    def commit(self, checkpoint_id, transaction) -> None:
+        if self.fails_left:
+            self.fails_left -= 1
+            raise OSError("the target is away")
+        if transaction not in self.published:
+            self.published.append(transaction)
+
+    def abort(self, checkpoint_id, transaction) -> None:
+        pass
+
+
+def test_a_final_commit_a_sink_could_not_publish_does_not_end_it_before_its_restore():
+    """The final checkpoint's commit raises in a sink task: the task reports the failure
+    and does not end; the rollback to that (final) checkpoint publishes it, then it ends."""
+    b = TopologyBuilder()
+    b.set_spout("src", IterableSpout(["x"], fields=("word",)))
+    b.set_bolt("sink", _FlakyPublishSink(), 1).shuffle_grouping("src")
+    topo = b.create_topology()
+    (src,), (sink,) = topo.component_tasks["src"], topo.component_tasks["sink"]
+    core = make_executor("t", topo, {"topology.acker.executors": 0}, sink, {src: 0, sink: 0})
+    enable_checkpoints(core, MemoryProvider().task_store("sink", sink))
+    reports = []
+    core.checkpoint.report = lambda *r: reports.append(r)
+    core.connect({})
+    core._open()
+    s = [i for i, (c, _, _) in enumerate(stream_table(topo)) if c == "src"][0]
+    core.handle((src, s, ["a"]))
+    core.handle((src, DRAINED_STREAM, None))
+    core.handle((src, BARRIER_STREAM, [1]))
+    core.checkpoint.apply("commit", (1, True))
+    assert not core.checkpoint.final_committed() and reports[-1][0] == "failed"
+    assert core.obj.sink.published == []
+    _rollback(core, 3, 1, final=True)
+    assert core.checkpoint.final_committed() and core.obj.sink.published == [["a"]]

@@ -372,12 +372,14 @@ class TaskCheckpoint:
             self.durations_ms.append((time.monotonic() - t0) * 1000)
         for cid in [c for c in self._started if c < checkpoint_id]:
             del self._started[cid]
+        published = True
         if self.stateful:
             self._user("pre_commit", checkpoint_id)
             if isinstance(self.obj, CheckpointedInternals):
                 try:
                     self.obj.internal_commit(checkpoint_id)
                 except Exception as e:  # (a sink that cannot publish): roll back to it
+                    published = False
                     self.core.errors.report(e, f"commit of checkpoint {checkpoint_id}")
                     self.failed(f"commit of checkpoint {checkpoint_id} failed: {e}")
             if prev is not None:
@@ -387,7 +389,9 @@ class TaskCheckpoint:
                     self.core.errors.report(e, f"collection after checkpoint {checkpoint_id}")
         if self.is_spout:
             self._ack_rounds(checkpoint_id)
-        self.final = final
+        # (a final commit this task could not publish does not end it: the rollback to
+        # the final checkpoint that its failure brings publishes it again, then it ends)
+        self.final = final and published
 
     def _ack_rounds(self, upto: int) -> None:
         """The spout's ``ack`` for every tuple emitted before barrier ``upto``."""
