@@ -20,9 +20,9 @@ from actors.state._coordinator import FINISH_ATTEMPTS
 from actors.state._provider import FINAL
 from actors.state._task import FINISHED_KEY
 from actors.state.providers import MemoryProvider
+from cluster import TopologyFailed
 from tests._util import until
 from tests.components import GatedCountSpout, PassBolt, TotalsWordCount, words
-from cluster import TopologyFailed
 from topology import (
     DbApiSink,
     Duration,
