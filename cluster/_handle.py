@@ -134,6 +134,8 @@ class TopologyHandle:
         if c is None:
             return True
         s0 = ray.get(c.state.remote(), timeout=30)
+        if s0["final"]:  # the stream's final checkpoint committed: no round follows it
+            return True
         need = s0["completed"] + (2 if s0["in_flight"] is not None else 1)
         ray.get(c.request.remote(), timeout=30)
         deadline = time.monotonic() + timeout
@@ -170,7 +172,7 @@ class TopologyHandle:
         if root is None or self.conf.get("topology.state.provider") not in (None, "local"):
             raise TopologyError(f"topology {self.name!r}: savepoints copy the local "
                                 f"provider's checkpoints, and this topology keeps none")
-        # (a topology that completed committed a checkpoint behind its last tuple)
+        # (a topology that completed, or whose final checkpoint committed, holds all)
         if not self.wait(0) and not self._await_checkpoint(timeout):
             raise TopologyError(f"topology {self.name!r}: no checkpoint committed within "
                                 f"{timeout:g} s, so no savepoint was taken")

@@ -303,9 +303,9 @@ class CoordinatorCore:
         return self._maybe_commit(now)
 
     def request(self, now: float) -> None:
-        """Start the next round as soon as possible (a spout that has emitted everything
-        needs its final checkpoint). A request during a round starts the next one when
-        that round ends, after the minimum pause."""
+        """Start the next round as soon as possible (every task's input has ended: the
+        final round; a savepoint asked for). A request during a round starts the next one
+        when that round ends, after the minimum pause."""
         self.next_due = now
         self.requested = True
 
