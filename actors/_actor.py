@@ -125,11 +125,12 @@ class ExecutorActor:
         from actors.state._coordinator import checkpoint_coordinator_name
         from actors.state.providers import make_provider
 
-        gen, cid = 0, None
+        gen, cid, final = 0, None, False
         self._checkpoints = ray.get_actor(checkpoint_coordinator_name(self._prefix))
         provider = make_provider(conf, topology_name, self._prefix)
         if rejoining:
-            gen, cid = ray.get(self._checkpoints.restarted.remote(self.core.task_id))
+            gen, cid, final = ray.get(
+                self._checkpoints.restarted.remote(self.core.task_id))
         else:  # a submit from a savepoint starts from the checkpoint it seeded
             committed = provider.checkpoint_log().load()[2]
             cid = committed[-1] if committed else None
@@ -138,7 +139,8 @@ class ExecutorActor:
                 is_stateful(core.obj)) else None
             key_group, groups = keyed_state(topology, core.component_id, core.task_id,
                                             core.conf)
-            cp = enable_checkpoints(core, store, gen, cid, rejoining, key_group, groups)
+            cp = enable_checkpoints(core, store, gen, cid, rejoining, key_group, groups,
+                                    final)
             cp.report = self._report_checkpoint
             cp.grant = functools.partial(self._grant, core.task_id)
             cp.reset_sinks = functools.partial(self._reset_sinks, core.task_id)

@@ -65,7 +65,6 @@ class BoltExecutor(ExecutorCore):
         self._end_of_pass = self.obj.end_of_pass if multi else None
         #: upstream tasks drained or ended; DRAINED passed on once all inputs are
         self.upstream_drained: set[int] = set()
-        self._drained_sent = False
 
     _OPEN_CALL, _CLOSE_CALL = "prepare", "cleanup"
 
@@ -205,8 +204,38 @@ class BoltExecutor(ExecutorCore):
                 self.errors.report(e, "execute")
         if (not self._drained_sent and self.upstream_open
                 and self.upstream_open <= self.upstream_drained):
-            self._drained_sent = True
-            self.send_drained()
+            if self.checkpoint is not None:
+                self._end_of_input()
+            else:
+                self._drained_sent = True
+                self.send_drained()
+
+    def _end_of_input(self) -> None:
+        """With checkpoints, every input has sent end of data (FLIP-147's end of input,
+        apart from the end of stream): ``finish()`` runs (unless the restored checkpoint
+        records that it ran), DRAINED goes on behind its output, and the coordinator is
+        told; the task keeps taking barriers and commits until the final one. A
+        ``finish()`` that raises is reported with its component and task, and fails the
+        round (the coordinator rolls back, or fails the topology if it keeps raising)."""
+        cp = self.checkpoint
+        if not cp.finish_ran:
+            if self._batch_in:
+                self.run_batch()
+            try:
+                self.obj.finish()
+            except Exception as e:  # user code: reported; the end is not reached
+                self.errors.report(e, "finish")
+                cp.report("finish_failed", self.task_id,
+                          f"{self.component_id}:{self.task_id}: finish() raised "
+                          f"{type(e).__name__}: {e}")
+                return
+        self._drained_sent = True
+        self.send_drained()
+        cp.end_of_input()
+
+    def reset_end_of_input(self) -> None:
+        super().reset_end_of_input()
+        self.upstream_drained.clear()
 
     def _tick(self, values: list) -> None:
         """Give the bolt a tick tuple (not anchored, not acked, not counted as executed);
@@ -300,6 +329,8 @@ class BoltExecutor(ExecutorCore):
         while not self._stop:
             if requests or (cp is not None and cp.paused):  # (a rollback waits here)
                 self._poll_checkpoints()
+                if cp.final and self.final_committed():
+                    return  # (finish() ran when the input's data ended)
             self._timers(is_acker)
             if not pending or outbox.try_flush_pending():
                 bp_idle = 0
@@ -313,7 +344,10 @@ class BoltExecutor(ExecutorCore):
                             self.errors.report(e, "execute")
                     idle = 0
                     continue
-                if not self.upstream_open and q.size() == 0 and q.is_empty_overflow():
+                # (with checkpoints a bolt ends on the final commit, above; an acker,
+                # outside the rounds, once every input has ended)
+                if ((cp is None or is_acker) and not self.upstream_open and q.size() == 0
+                        and q.is_empty_overflow()):
                     try:
                         self.obj.finish()
                     except Exception as e:

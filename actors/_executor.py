@@ -149,6 +149,8 @@ class ExecutorCore:
         self._failed = 0
         self._bad_frames = 0
         self._fails_since_exhausted = False
+        #: DRAINED was sent on in this generation (see send_drained)
+        self._drained_sent = False
         # metrics (actors/_metrics.py): time idle for lack of input, backpressure time per
         # destination holding the head of pending_emits, sampled execute latencies
         self.idle_wait_s = 0.0
@@ -339,6 +341,18 @@ class ExecutorCore:
         for t in self._data_destinations:
             self.outbox.transfer(t, _DRAINED_MSG)
 
+    def reset_end_of_input(self) -> None:
+        """A checkpoint rollback: forget that this task's input ended and that it sent
+        DRAINED on (the rewound upstreams send theirs again). Executor thread."""
+        self._drained_sent = False
+
+    def final_committed(self) -> bool:
+        """With checkpoints: the stream's final checkpoint has committed (or was restored)
+        for this task and every task chained into it, so the executor may end its
+        stream (a chained task's commit is applied on this thread, maybe after ours)."""
+        return self.checkpoint.final_committed() and all(
+            m.checkpoint.final_committed() for m in self.chained)
+
     def _make_collector(self, routers: dict):
         raise NotImplementedError  # SpoutExecutor, BoltExecutor
 
@@ -481,14 +495,15 @@ class ExecutorCore:
 
     def end_in_chain(self) -> None:
         """A chained task's end, on its host's thread, once its input has ended: the
-        bolt's ``finish()``, then its own end of stream (which ends the tasks chained
-        after it)."""
+        bolt's ``finish()`` (with checkpoints it ran when its input's data ended), then its
+        own end of stream (which ends the tasks chained after it)."""
         if self.state != "running":
             return
-        try:
-            self.obj.finish()
-        except Exception as e:
-            self.errors.report(e, "finish")
+        if self.checkpoint is None:
+            try:
+                self.obj.finish()
+            except Exception as e:
+                self.errors.report(e, "finish")
         try:
             self._end_stream()
             self._report_ended()

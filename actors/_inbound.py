@@ -37,8 +37,10 @@ logger = logging.getLogger("storm_on_ray.executor")
 _MARKERS = (EOS_STREAM, DRAINED_STREAM, BARRIER_STREAM)
 #: a sender whose acknowledgements are not held (see Inbound.hold)
 _NOT_HELD = object()
-#: what a rollback keeps of the frames it drops (an upstream that ended stays ended)
-_END_MARKERS = (EOS_STREAM, DRAINED_STREAM)
+#: what a rollback keeps of the frames it drops: an end of stream, sent only once the
+#: stream's final checkpoint committed (an upstream that ended stays ended); an end of data
+#: (DRAINED) is not kept: the rewound upstream sends it again (actors/state/_task.py)
+_END_MARKERS = (EOS_STREAM,)
 
 
 class _Sender:

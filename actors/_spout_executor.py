@@ -124,7 +124,9 @@ class SpoutExecutor(ExecutorCore):
         handle, col = self.handle, self.collector
         counter = skips  # check the queue on the first iteration
         idle = bp_idle = 0
-        exhausted = exhausted_once = False
+        exhausted = False
+        #: a rewind during a drain: the emitted count at which the drain applies again
+        redrain = None
         sample = self._sample_every
         calls, next_timed = 0, (1 if sample else sys.maxsize)
         cp = self.checkpoint
@@ -134,10 +136,13 @@ class SpoutExecutor(ExecutorCore):
             if counter >= skips:
                 if requests or (cp is not None and cp.paused):
                     self._poll_checkpoints()  # (a rollback waits here)
+                    if cp.final and self.final_committed():
+                        return  # (the final checkpoint committed, or was restored)
                     if cp.rewound:  # its position was restored: not exhausted any more
                         cp.rewound = exhausted = False
-                        if not self.draining:
-                            spout = self.obj
+                        spout = self.obj
+                        if self.draining:  # the drain applies again where it did
+                            redrain = cp.drain_at
                 recv = q.consume(handle)
                 counter = 0
                 # with checkpoints, a tuple's timeout does not run while a barrier after it
@@ -158,7 +163,7 @@ class SpoutExecutor(ExecutorCore):
                 if self._fails_since_exhausted:
                     exhausted = False
                 elif cp is not None:
-                    if cp.final_committed():
+                    if self.final_committed():
                         return
                     idle = self._idle(idle) if recv <= 1 else 0
                     continue
@@ -169,6 +174,10 @@ class SpoutExecutor(ExecutorCore):
                     continue
             if self._want_drain and not self.draining:
                 if self._apply_drain():
+                    spout = _ENDED
+            if redrain is not None and col.emitted >= redrain:
+                redrain = None
+                if self._call_drain():
                     spout = _ENDED
             if self._want_active is not self.active:
                 self._apply_active()
@@ -190,7 +199,7 @@ class SpoutExecutor(ExecutorCore):
                 t0 = time.perf_counter()
             try:
                 spout.next_tuple()
-                if not timed and not throttles:
+                if not timed and not throttles and redrain is None:
                     # a burst (a departure from Storm, whose loop makes every check above
                     # before each nextTuple): next_tuple again until the queue check is
                     # due, while each call emits and nothing it changes holds the spout
@@ -209,13 +218,13 @@ class SpoutExecutor(ExecutorCore):
                     calls += burst - room
             except StopIteration:
                 self._user_calls(UserCalls(ledger.take_acks_due(), []))
-                if cp is not None:  # ends once a checkpoint after its last tuple commits
-                    cp.want_final()
-                elif not trees:
+                if cp is None and not trees:
                     return
-                if not exhausted_once:
-                    exhausted_once = True
+                if not self._drained_sent:  # (once per generation: a rollback resets it)
+                    self._drained_sent = True
                     self.send_drained()
+                    if cp is not None:  # its stream ends after the final checkpoint
+                        cp.end_of_input()
                 exhausted = True
                 self._fails_since_exhausted = False
                 continue
@@ -234,9 +243,19 @@ class SpoutExecutor(ExecutorCore):
 
     def _apply_drain(self) -> bool:
         """Start draining (executor thread): call the spout's ``drain``; True when the
-        spout has none, so the executor ends its stream itself (see ``Spout.drain``)."""
+        spout has none, so the executor ends its stream itself (see ``Spout.drain``).
+        With checkpoints the emitted count is recorded: a rollback to a checkpoint before
+        it has the rewound spout emit up to there again, then drain again (its position
+        was restored, and ``init_state`` undid the drain)."""
         self.draining = True
         logger.info("%s:%d: draining", self.component_id, self.task_id)
+        if self.checkpoint is not None:
+            self.checkpoint.drain_at = self.collector.emitted
+        return self._call_drain()
+
+    def _call_drain(self) -> bool:
+        """The spout's ``drain()``; True when it has none (or it raised): the executor
+        ends the spout itself."""
         if type(self.obj).drain is Spout.drain:
             return True
         try:

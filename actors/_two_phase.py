@@ -57,11 +57,13 @@ class TwoPhaseCommitExecutor(StatefulBolt, CheckpointedInternals):
         """(The sink keeps no user state.)"""
 
     def finish(self) -> None:
-        """Every input has ended, so each spout's last checkpoint, whose barrier came
-        before its end of stream, has committed: publish what is pending (the commit
-        message may not have reached this task before it ends)."""
-        self._publish(max(self.pending, default=0))
+        """Every input's data has ended (not its stream): the sink's ``finish()``. What
+        is pending is published by the commits, the final checkpoint's last of all."""
         self.sink.finish()
+
+    def input_ended(self) -> None:
+        """The next ``pre_commit`` may be the sink's last: it writes all it holds."""
+        self.sink.end_of_input()
 
     def cleanup(self) -> None:
         self.sink.cleanup()

@@ -24,6 +24,12 @@ one count per word. Once the committed state holds every word, ``handle.savepoin
 is timed ``--runs`` times (a new path each): a checkpoint requested and committed, then
 the committed state copied to the path. The figure is the median wall time of the call.
 
+The end of a stream: ``final_checkpoint_s``, per two-phase-commit run, from the last
+spout's end of data (the coordinator's clock, the host's monotonic one) to the return of
+``handle.wait()``: the final round (FLIP-147), its commit publishing the last rows, the
+ends of stream. Target: one checkpoint interval plus twice the run's round p50 (the final
+round must not wait for an interval).
+
     python -m benchmarks.sinks [--quick] [--rows 400000] [--keys 100000] [--runs 5]
         [--profile]
 
@@ -55,6 +61,8 @@ SINKS = ("parquet", "dataset", "db")
 #: rows per checkpoint in the sinks' CPU measure: about a 1 s checkpoint interval's worth
 #: at the topology's rate (results/sinks.json has the rates and checkpoint counts)
 CPU_ROWS_PER_CHECKPOINT = 50_000
+#: the topologies' checkpoint interval (the default topology.state.checkpoint.interval.ms)
+CHECKPOINT_INTERVAL_S = 1.0
 
 
 def rows(n: int) -> list[tuple]:
@@ -135,9 +143,12 @@ def sink_run(cluster, kind: str, data: list[tuple], root: Path, i: int) -> dict:
     try:
         assert handle.wait(600), f"{kind}: the run did not end within 600 s"
         elapsed = time.perf_counter() - t0
+        t_done = time.monotonic()  # (the coordinator's clock: same host, same clock)
         done.set()
         sampler.join()
         ckpt = handle.checkpoint_stats()
+        rounds = [r["checkpoint_ms_p50"] for r in handle.stats().checkpoints()
+                  if r["checkpoint_ms_p50"] is not None]
         n_out, distinct, files = _read_back(kind, handle, out)
     finally:
         done.set()
@@ -152,6 +163,13 @@ def sink_run(cluster, kind: str, data: list[tuple], root: Path, i: int) -> dict:
          # sink-bound: the spout held by backpressure, the sink busy (median per interval)
          "spout_backpressured_ms_s": round(statistics.median(held)) if held else None,
          "sink_busy_ms_s": round(statistics.median(busy)) if busy else None}
+    if ckpt and ckpt.get("spouts_ended_at") is not None:
+        # the last spout's end of data -> completion: the final round, its commit (the
+        # last rows published) and the ends of stream; target: one interval + 2 rounds
+        r["final_checkpoint_s"] = round(t_done - ckpt["spouts_ended_at"], 3)
+        r["round_ms_p50"] = statistics.median(rounds) if rounds else None
+        r["final_checkpoint_target_s"] = round(
+            CHECKPOINT_INTERVAL_S + 2 * (r["round_ms_p50"] or 0) / 1000, 3)
     if files is not None:
         r["files"] = files
     return r
@@ -339,6 +357,9 @@ def main() -> None:
         (r for r in runs if r["sink"] == "parquet"),
         (r for r in runs if r["sink"] == "dataset"), strict=True)]
     cpu_us = {k: statistics.median(v) for k, v in cpu.items()}
+    finals = [r for r in runs if "final_checkpoint_s" in r]
+    final_s = round(statistics.median(r["final_checkpoint_s"] for r in finals), 3)
+    final_target_s = round(statistics.median(r["final_checkpoint_target_s"] for r in finals), 3)
     ratio = round(rates["parquet"] / rates["dataset"], 3)
     result = {
         "command": "python -m benchmarks.sinks" + (" --quick" if args.quick else ""),
@@ -353,11 +374,17 @@ def main() -> None:
             "rows": cpu_rows, "rows_per_checkpoint": CPU_ROWS_PER_CHECKPOINT,
             "median": cpu_us, "runs": cpu},
         "savepoint": sp,
+        "final_checkpoint_s": {"median": final_s, "target_s": final_target_s,
+                               "target_met": all(r["final_checkpoint_s"]
+                                                 <= r["final_checkpoint_target_s"]
+                                                 for r in finals),
+                               "runs": [r["final_checkpoint_s"] for r in finals]},
         "wall_s": round(time.perf_counter() - started, 1),
     }
     write_result("sinks", result)
     print(f"parquet_sink_rows_s={rates['parquet']} parquet_vs_dataset_sink={ratio} "
-          f"db_sink_rows_s={rates['db']} savepoint_s_100k_keys={sp['median_s']}")
+          f"db_sink_rows_s={rates['db']} savepoint_s_100k_keys={sp['median_s']} "
+          f"final_checkpoint_s={final_s} final_checkpoint_target_s={final_target_s}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,10 @@ from topology import Spout, StormTopology, TopologyError
 logger = logging.getLogger("storm_on_ray.cluster")
 
 
+#: how often ``wait`` asks a checkpointed topology's coordinator whether it failed (s)
+FAILURE_POLL_S = 1.0
+
+
 class TopologyFailed(RuntimeError):
     """An executor actor died or the runtime failed; the message names the task."""
 
@@ -130,6 +134,8 @@ class TopologyHandle:
         if c is None:
             return True
         s0 = ray.get(c.state.remote(), timeout=30)
+        if s0["final"]:  # the stream's final checkpoint committed: no round follows it
+            return True
         need = s0["completed"] + (2 if s0["in_flight"] is not None else 1)
         ray.get(c.request.remote(), timeout=30)
         deadline = time.monotonic() + timeout
@@ -166,7 +172,7 @@ class TopologyHandle:
         if root is None or self.conf.get("topology.state.provider") not in (None, "local"):
             raise TopologyError(f"topology {self.name!r}: savepoints copy the local "
                                 f"provider's checkpoints, and this topology keeps none")
-        # (a topology that completed committed a checkpoint behind its last tuple)
+        # (a topology that completed, or whose final checkpoint committed, holds all)
         if not self.wait(0) and not self._await_checkpoint(timeout):
             raise TopologyError(f"topology {self.name!r}: no checkpoint committed within "
                                 f"{timeout:g} s, so no savepoint was taken")
@@ -231,15 +237,26 @@ class TopologyHandle:
         under backpressure.
 
         Raises:
-            TopologyFailed: an executor actor died and will not be restarted.
+            TopologyFailed: an executor actor died and will not be restarted, or the
+                checkpoint coordinator failed the topology (a task's ``finish()`` kept
+                raising: the message names its component and task).
         """
         if self._complete:
             return True
         if progress:
             return self._wait_with_progress(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
+        coordinator = self._checkpoint_coordinator()
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if coordinator is not None:  # (a failure it declares ends the wait)
+                try:
+                    failure = ray.get(coordinator.state.remote(), timeout=30)["failure"]
+                except (RayActorError, GetTimeoutError):  # (restarting: asked next time)
+                    failure = None
+                if failure is not None:
+                    raise TopologyFailed(f"topology {self.name!r}: {failure}")
+                left = FAILURE_POLL_S if left is None else min(left, FAILURE_POLL_S)
             try:
                 done = self._call_all(self._executor_actors(),
                                       lambda a, left=left: a.wait_done.remote(left),

@@ -1299,3 +1299,70 @@ class PlainWordCount(Bolt):
     def execute(self, tup):
         w = tup.values[0]
         self.counts[w] = self.counts.get(w, 0) + 1
+
+
+class TotalsWordCount(StatefulBolt):
+    """A stateful word count that emits its totals, ``(word, count)``, in ``finish()`` (the
+    ``Bolt.finish`` docstring's example); ``fail_finish`` times ``finish()`` raises first
+    (a bolt whose last step fails); ``delay_s`` per tuple and ``finish_delay_s`` in
+    ``finish()`` leave a kill time to land."""
+
+    outputs = ("word", "count")
+
+    def __init__(self, fail_finish: int = 0, delay_s: float = 0.0,
+                 finish_delay_s: float = 0.0) -> None:
+        self.fail_finish = fail_finish
+        self.delay_s, self.finish_delay_s = delay_s, finish_delay_s
+        self.finishes = 0
+
+    def prepare(self, conf, context, collector) -> None:
+        self.collector = collector
+
+    def init_state(self, state) -> None:
+        self.counts = state
+
+    def execute(self, tup) -> None:
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        word = tup.values[0]
+        self.counts.put(word, self.counts.get(word, 0) + 1)
+
+    def finish(self) -> None:
+        self.finishes += 1
+        if self.finish_delay_s:
+            time.sleep(self.finish_delay_s)
+        if self.finishes <= self.fail_finish:
+            raise RuntimeError(f"finish failure {self.finishes}")
+        for word, n in sorted(self.counts.items()):
+            self.collector.emit((word, n))
+
+
+class GatedCountSpout(StatefulSpout):
+    """Emits 0, 1, 2 ... (field ``n``) from the position in its state, one per permit of
+    ``gate`` (a ``threading.Semaphore`` the test releases; ``open_gate`` lifts it); no
+    ``drain()`` of its own, so a drain ends it through the executor."""
+
+    outputs = ("n",)
+
+    def __init__(self) -> None:
+        import threading
+
+        self.gate = threading.Semaphore(0)
+        self.open_gate = False
+
+    def open(self, conf, context, collector) -> None:
+        self.collector = collector
+        self.position = 0
+
+    def init_state(self, state) -> None:
+        self.state = state
+        self.position = state.get("position", 0)
+
+    def pre_prepare(self, checkpoint_id: int) -> None:
+        self.state.put("position", self.position)
+
+    def next_tuple(self) -> None:
+        if not self.open_gate and not self.gate.acquire(blocking=False):
+            return
+        self.collector.emit((self.position,))
+        self.position += 1

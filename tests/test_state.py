@@ -116,11 +116,11 @@ def _run(steps, log):
                     if task_gen[t] == gen:
                         task_round[t] = cid
             elif a.kind == "commit":
-                (cid,) = a.args
+                cid, _ = a.args
                 assert reported[(cid, c.gen)] >= {SPOUT, BOLT}, "committed before all prepared"
                 committed.append(cid)
             elif a.kind == "rollback":
-                gen, cid = a.args
+                gen, cid, _ = a.args
                 assert cid == (committed[-1] if committed else
                                (log.load()[2][-1] if log.load()[2] else None))
                 for t in a.tasks:
@@ -176,11 +176,11 @@ def test_coordinator_commits_resumes_and_ends():
     assert c.prepared(3, 1, 0, 1.1) == [] and c.prepared(1, 1, 0, 1.1) == []
     assert c.prepared(2, 1, 7, 1.1) == []  # another generation: stale
     (commit,) = c.prepared(2, 1, 0, 1.2)
-    assert commit.kind == "commit" and commit.args == (1,) and log.load()[2] == [1]
+    assert commit.kind == "commit" and commit.args == (1, False) and log.load()[2] == [1]
     (trigger,) = c.tick(2.0)
     assert c.ended(1, 2.1) == [] and c.prepared(3, 2, 0, 2.2) == []
     (commit,) = c.prepared(2, 2, 0, 2.3)  # the ended task is not waited for
-    assert commit.args == (2,) and commit.tasks == (2, 3)
+    assert commit.args == (2, False) and commit.tasks == (2, 3)
     (trigger,) = c.tick(3.0)
     (rollback,) = c.tick(9.0)  # past the round's deadline
     assert rollback.kind == "rollback" and rollback.args[1] == 2 and c.failed_rounds == 1

@@ -154,7 +154,11 @@ class Bolt(_Component):
         raise NotImplementedError
 
     def finish(self) -> None:
-        """Called once when every input of this task has ended; may emit (totals, say)."""
+        """Called once when every input of this task has ended; may emit (totals, say).
+        In a topology that checkpoints, it runs at the end of input, before the stream's
+        final checkpoint, so what it emits reaches two-phase-commit sinks and stateful
+        bolts exactly once (docs/state.md); a ``finish()`` that raises fails that round,
+        and one that keeps raising fails the topology."""
 
     def cleanup(self) -> None:
         """The task is shutting down."""

@@ -202,6 +202,7 @@ class ParquetSink(TwoPhaseCommitSink):
         self._held: dict[int, list] = {}   # checkpoint id -> the rows its carry holds
         self._held_rows = 0
         self._since_file = 0      # checkpoints since the last file
+        self._input_ended = False  # end_of_input() came: write everything at pre_commit
         self._covered = -1        # the buffer reflects every checkpoint up to this one
 
     def write(self, tup) -> None:
@@ -222,6 +223,11 @@ class ParquetSink(TwoPhaseCommitSink):
         self._fields_seen = tup.fields
         self._rows.append(list(tup.values))
 
+    def end_of_input(self) -> None:
+        """The input has ended: rows are no longer held back for ``min_rows`` (the next
+        checkpoint may be the stream's final one)."""
+        self._input_ended = True
+
     def pre_commit(self, checkpoint_id: int) -> Any:
         """The rows since the last transaction, carried (below the roll policy's size) or
         staged as files; rows of an earlier carry whose commit has not come stay in that
@@ -235,7 +241,7 @@ class ParquetSink(TwoPhaseCommitSink):
             return None
         self._rows = []
         if (len(rows) + self._held_rows < self.min_rows
-                and self._since_file < self.max_checkpoints):
+                and self._since_file < self.max_checkpoints and not self._input_ended):
             self._held[checkpoint_id] = rows
             self._held_rows += len(rows)
             return {"carry": rows, "names": list(self._names)}  # in the checkpoint
@@ -316,7 +322,7 @@ class ParquetSink(TwoPhaseCommitSink):
         tasks' and other submits' staged files stay."""
         from pyarrow import fs as pafs
 
-        self._reset()
+        self._reset()  # (a restore after the end calls end_of_input again)
         sel = pafs.FileSelector(self._staging, allow_not_found=True, recursive=True)
         for info in self._fsys.get_file_info(sel):
             p = parse_part_name(info.base_name)

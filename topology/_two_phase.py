@@ -91,6 +91,12 @@ class TwoPhaseCommitSink(Bolt):
         theirs."""
         return None
 
+    def end_of_input(self) -> None:  # noqa: B027 (optional hook)
+        """The sink's input has ended (after its ``finish()``, or after a restore of a
+        checkpoint taken after it): every later ``pre_commit`` must stage all it holds,
+        since the stream's final checkpoint may be the next one. Rows held back for a
+        bigger file (a roll policy) are written then."""
+
     def recover(self, last_committed: int | None) -> None:  # noqa: B027 (optional hook)
         """After a restore to ``last_committed`` (None: nothing committed), and at start:
         drop staged data of later checkpoints that no transaction names."""

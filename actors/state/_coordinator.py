@@ -20,6 +20,16 @@ fail what they emitted after barrier N, each task reports that it paused, and wh
 the coordinator resumes them. A restarted coordinator does the same from the log: a round
 that was preparing is aborted, the last committed one is restored.
 
+The end of a stream is checkpointed too (Flink's FLIP-147, "Support Checkpoints After Tasks
+Finished"): a task whose input has ended (a spout past its last tuple, a bolt after its
+``finish()``) reports it and goes on taking barriers; once every task has, the *final*
+round starts at once, its barrier behind everything ``finish()`` emitted, and its commit
+(``FINAL`` in the log) publishes the sinks' last transactions; only then do the tasks send
+their end of stream and end. A rollback before that commit rewinds every task (none has
+ended); one after it (a task restarted) restores the final checkpoint, whose tasks only end.
+A task whose ``finish()`` raises fails the round; after :data:`FINISH_ATTEMPTS` such
+failures of one task in a row the topology fails (:attr:`CoordinatorCore.failure`).
+
 :class:`CoordinatorCore` is the pure state machine (no Ray, no clock of its own: the tests
 drive it through every ordering); :class:`CheckpointCoordinator` is its Ray actor.
 """
@@ -31,7 +41,7 @@ import threading
 import time
 from typing import NamedTuple
 
-from actors.state._provider import COMMITTED, PREPARING, CheckpointLog
+from actors.state._provider import COMMITTED, FINAL, PREPARING, CheckpointLog
 
 logger = logging.getLogger("storm_on_ray.checkpoint")
 
@@ -40,8 +50,9 @@ class Action(NamedTuple):
     """A message the coordinator sends: ``kind`` to each of ``tasks`` with ``args``.
 
     Kinds: ``"trigger"`` ``(gen, checkpoint_id)`` to spout tasks; ``"commit"``
-    ``(checkpoint_id,)``; ``"rollback"`` ``(gen, checkpoint_id or None)``; ``"resume"``
-    ``(gen,)``."""
+    ``(checkpoint_id, final)``; ``"rollback"`` ``(gen, checkpoint_id or None, final)``;
+    ``"resume"`` ``(gen,)``. ``final``: that checkpoint is the stream's last (every task
+    had finished its input): the tasks end once it is committed or restored."""
 
     kind: str
     tasks: tuple[int, ...]
@@ -52,6 +63,9 @@ class Action(NamedTuple):
 #: further one up to RESTART_DELAY_MAX_S; the first resumes at once
 RESTART_DELAY_INITIAL_S = 0.1
 RESTART_DELAY_MAX_S = 10.0
+#: a task whose ``finish()`` raises this many times in a row fails the topology (each
+#: failure rolls back and the replay runs ``finish()`` again, after the restart delay)
+FINISH_ATTEMPTS = 3
 
 
 def restart_delay_s(rollbacks_in_a_row: int) -> float:
@@ -91,7 +105,22 @@ class CoordinatorCore:
         #: the highest checkpoint id ever used (ids never repeat: an aborted round's
         #: versions are discarded by the restore, and the next round takes a new id)
         self.last_id = max([cid, *self.committed, 0])
+        #: tasks that ended their stream (after the final commit, or in a topology
+        #: restored from a log whose last checkpoint is final)
         self.finished: set[int] = set()
+        #: tasks whose input has ended in this generation (FLIP-147's finished tasks)
+        self.data_ended: set[int] = set()
+        #: the final round, once started (its barrier follows every task's finish())
+        self.final_round: int | None = None
+        #: when the last spout's input ended, in this generation (monotonic s; the host's
+        #: clock, so a driver on the same node can time the end: benchmarks/sinks.py)
+        self.spouts_ended_at: float | None = None
+        #: the last committed checkpoint is the stream's final one
+        self.final = phase == FINAL and bool(self.committed) and cid == self.committed[-1]
+        #: finish() failures in a row, per task; and why the topology failed (None: it
+        #: has not): then no round starts and no rollback is sent
+        self.finish_failures: dict[int, int] = {}
+        self.failure: str | None = None
         self.gen = time.time_ns() if restarted else 0
         #: the round in flight: its id, start time and the tasks that reported
         self.round: int | None = None
@@ -140,8 +169,12 @@ class CoordinatorCore:
     def tick(self, now: float) -> list[Action]:
         """Start a round when one is due (not if the log cannot record it: it is tried
         again an interval later); fail a round past its deadline."""
+        if self.failure is not None:
+            return []
         if self.waiting is not None:
             return self._maybe_resume(now)  # (a delayed resume)
+        if self.final:  # (the stream's last round has committed)
+            return []
         if self.round is not None:
             if now - self.round_started > self.timeout_s:
                 self.failed_rounds += 1
@@ -164,7 +197,13 @@ class CoordinatorCore:
             return []
         self.round, self.round_started, self.reported = self.last_id, now, set()
         self.requested = False
+        if self.all_data_ended():
+            self.final_round = self.round
         return [Action("trigger", spouts, (self.gen, self.round))]
+
+    def all_data_ended(self) -> bool:
+        """True once every task in the rounds has reported the end of its input."""
+        return self.tasks - self.finished <= self.data_ended
 
     def prepared(self, task: int, checkpoint_id: int, gen: int, now: float) -> list[Action]:
         """``task`` snapshotted its state for ``checkpoint_id`` (stale reports ignored)."""
@@ -177,8 +216,9 @@ class CoordinatorCore:
         if self.round is None or not self.tasks - self.finished <= self.reported:
             return []
         cid = self.round
+        final = cid == self.final_round
         try:
-            self.log.record(COMMITTED, cid)  # the commit point
+            self.log.record(FINAL if final else COMMITTED, cid)  # the commit point
         except Exception as e:  # not committed (or not known to be): the round fails
             self.failed_rounds += 1
             return self._rollback(now, f"checkpoint {cid} could not be committed: the log "
@@ -187,22 +227,56 @@ class CoordinatorCore:
         self.round = None
         self.completed += 1
         self.rollbacks_in_a_row = 0
+        self.final = final
+        if final:
+            self.finish_failures.clear()
         self.last_duration_s = now - self.round_started
         self.next_due = now + self.min_pause_s
         if not self.requested:
             self.next_due = max(self.round_started + self.interval_s, self.next_due)
-        return [Action("commit", self.live(), (cid,))]
+        return [Action("commit", self.live(), (cid, final))]
 
     def failed(self, task: int, reason: str, now: float) -> list[Action]:
         """``task`` reports a failure (a failed or timed-out tuple tree, a corrupt
         checkpoint): roll back."""
+        if self.failure is not None:
+            return []
         return self._rollback(now, f"task {task}: {reason}")
 
-    def restarted(self, task: int, now: float) -> tuple[int, int | None, list[Action]]:
+    def finish_failed(self, task: int, reason: str, now: float) -> list[Action]:
+        """``task``'s ``finish()`` raised (``reason`` names its component and task): roll
+        back, so the replay runs it again after the restart delay; the
+        :data:`FINISH_ATTEMPTS`-th time in a row the topology fails instead
+        (:attr:`failure`), never a rollback loop."""
+        if self.failure is not None:
+            return []
+        n = self.finish_failures[task] = self.finish_failures.get(task, 0) + 1
+        if n >= FINISH_ATTEMPTS:
+            self.failure = f"{reason} ({n} times in a row)"
+            self.round = None
+            logger.error("the topology fails: %s", self.failure)
+            return []
+        return self._rollback(now, reason)
+
+    def data_ended_at(self, task: int, gen: int, now: float) -> list[Action]:
+        """``task``'s input has ended in generation ``gen`` (a spout past its last tuple,
+        a bolt after ``finish()``); once every task's has, the final round starts as soon
+        as the round in flight (if any) ends."""
+        if gen != self.gen or self.waiting is not None or self.final:
+            return []
+        self.data_ended.add(task)
+        if self.spouts_ended_at is None and set(self.spouts) <= self.data_ended | self.finished:
+            self.spouts_ended_at = now
+        if self.all_data_ended():
+            self.request(now)
+        return self.tick(now)
+
+    def restarted(self, task: int, now: float) -> tuple[int, int | None, bool, list[Action]]:
         """``task``'s actor was restarted by Ray: roll every task back. Returns the new
-        generation and the checkpoint the task restores (it pauses after restoring)."""
+        generation, the checkpoint the task restores (it pauses after restoring) and
+        whether that checkpoint is the stream's final one."""
         actions = self._rollback(now, f"task {task} restarted")
-        return self.gen, self.last_committed, actions
+        return self.gen, self.last_committed, self.final, actions
 
     def paused(self, task: int, gen: int, now: float) -> list[Action]:
         """``task`` has rolled back for generation ``gen`` and waits; once all have, they
@@ -229,9 +303,9 @@ class CoordinatorCore:
         return self._maybe_commit(now)
 
     def request(self, now: float) -> None:
-        """Start the next round as soon as possible (a spout that has emitted everything
-        needs its final checkpoint). A request during a round starts the next one when
-        that round ends, after the minimum pause."""
+        """Start the next round as soon as possible (every task's input has ended: the
+        final round; a savepoint asked for). A request during a round starts the next one
+        when that round ends, after the minimum pause."""
         self.next_due = now
         self.requested = True
 
@@ -239,6 +313,9 @@ class CoordinatorCore:
         # an open round is abandoned: its versions are discarded by the tasks' restore,
         # and its PREPARING record stays (a restart rolls back anyway; ids never repeat)
         self.round = None
+        self.final_round = None
+        self.data_ended.clear()  # (every task rewinds: its input ends again)
+        self.spouts_ended_at = None
         self.gen = max(time.time_ns(), self.gen + 1)
         self.rollbacks += 1
         self.rollbacks_in_a_row += 1
@@ -246,7 +323,8 @@ class CoordinatorCore:
         self.waiting = set(self._all_live())
         logger.warning("rolling back to checkpoint %s (generation %d): %s",
                        self.last_committed, self.gen, why)
-        return [Action("rollback", self._all_live(), (self.gen, self.last_committed))]
+        return [Action("rollback", self._all_live(),
+                       (self.gen, self.last_committed, self.final))]
 
     def corrupt(self, task: int, checkpoint_id: int, now: float) -> list[Action]:
         """``task`` found checkpoint ``checkpoint_id`` corrupt: it is given up (with every
@@ -254,6 +332,7 @@ class CoordinatorCore:
         logger.warning("task %d: checkpoint %d is corrupt; rolling back to the one before",
                        task, checkpoint_id)
         self.committed = [c for c in self.committed if c < checkpoint_id]
+        self.final = False
         return self._rollback(now, f"task {task} found checkpoint {checkpoint_id} corrupt")
 
     def state(self) -> dict:
@@ -263,6 +342,9 @@ class CoordinatorCore:
                 "completed": self.completed, "rollbacks": self.rollbacks,
                 "failed_rounds": self.failed_rounds, "ended_tasks": sorted(self.finished),
                 "rollbacks_in_a_row": self.rollbacks_in_a_row,
+                "data_ended_tasks": sorted(self.data_ended), "final": self.final,
+                "spouts_ended_at": self.spouts_ended_at,
+                "failure": self.failure,
                 "last_duration_ms": (None if self.last_duration_s is None
                                      else round(self.last_duration_s * 1000, 3))}
 
@@ -381,17 +463,25 @@ def _ray_actor():
                 self._send(self.core.failed(task, reason, time.monotonic()))
 
         def restarted(self, task: int) -> tuple:
-            """A restarted executor asks what to restore: ``(gen, checkpoint id)``."""
+            """A restarted executor asks what to restore: ``(gen, checkpoint id, final)``."""
             with self._lock:
-                gen, cid, actions = self.core.restarted(task, time.monotonic())
+                gen, cid, final, actions = self.core.restarted(task, time.monotonic())
                 self._send([a._replace(tasks=tuple(t for t in a.tasks
                                                    if self._hosts.get(t, t) != task))
                             for a in actions])
-                return gen, cid
+                return gen, cid, final
 
         def corrupt(self, task: int, checkpoint_id: int) -> None:
             with self._lock:
                 self._send(self.core.corrupt(task, checkpoint_id, time.monotonic()))
+
+        def data_ended(self, task: int, gen: int) -> None:
+            with self._lock:
+                self._send(self.core.data_ended_at(task, gen, time.monotonic()))
+
+        def finish_failed(self, task: int, reason: str) -> None:
+            with self._lock:
+                self._send(self.core.finish_failed(task, reason, time.monotonic()))
 
         def ended(self, task: int) -> None:
             with self._lock:

@@ -47,6 +47,11 @@ class CheckpointedInternals(ABC):
                 topology rolls back again).
         """
 
+    def input_ended(self) -> None:  # noqa: B027 (optional hook)
+        """The task's input has ended and its ``finish()`` has run (FLIP-147's finished
+        task): called when that happens, and after a restore of a checkpoint that records
+        it (``restore_internals`` first). The next snapshots are the task's last."""
+
     def internal_commit(self, checkpoint_id: int) -> None:  # noqa: B027 (optional hook)
         """Checkpoint ``checkpoint_id`` has committed (after the user's ``pre_commit``).
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 
 from actors.state._provider import (
+    COMMIT_PHASES,
     COMMITTED,
     CheckpointLog,
     CorruptCheckpoint,
@@ -98,7 +99,7 @@ class _MemoryLog(CheckpointLog):
         _check_phase(phase)
         with self._lock:
             self._phase, self._id = phase, checkpoint_id
-            if phase == COMMITTED and checkpoint_id not in self._committed:
+            if phase in COMMIT_PHASES and checkpoint_id not in self._committed:
                 self._committed = sorted([*self._committed, checkpoint_id])[-_KEEP_COMMITTED:]
 
 

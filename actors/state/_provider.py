@@ -16,6 +16,12 @@ from abc import ABC, abstractmethod
 #: phases of a round, as the coordinator records them (Storm's CheckPointState:
 #: COMMITTED → PREPARING → COMMITTING → COMMITTED)
 COMMITTED, PREPARING, COMMITTING = "committed", "preparing", "committing"
+#: committed, and the stream's final checkpoint: every task had finished its input when it
+#: was taken (Flink's FLIP-147, "Support Checkpoints After Tasks Finished"); recorded in
+#: place of ``COMMITTED`` by the same one write, so a restore knows the stream is complete
+FINAL = "final"
+#: the phases that append their id to the committed ids
+COMMIT_PHASES = (COMMITTED, FINAL)
 
 
 class CorruptCheckpoint(Exception):
@@ -68,8 +74,8 @@ class CheckpointLog(ABC):
 
     @abstractmethod
     def record(self, phase: str, checkpoint_id: int) -> None:
-        """Durably set the phase (``COMMITTED`` appends ``checkpoint_id`` to the committed
-        ids, keeping the last two)."""
+        """Durably set the phase (``COMMITTED`` and ``FINAL`` append ``checkpoint_id`` to
+        the committed ids, keeping the last two)."""
 
 
 class StateProvider(ABC):

@@ -44,6 +44,7 @@ from collections.abc import Iterable
 from urllib.parse import quote, unquote
 
 from actors.state._provider import (
+    COMMIT_PHASES,
     COMMITTED,
     CheckpointLog,
     CorruptCheckpoint,
@@ -406,7 +407,7 @@ class _RedisLog(CheckpointLog):
 
         def build(pipe) -> None:
             pipe.hset(self.round_key, mapping={"phase": phase, "ckpt": str(checkpoint_id)})
-            if phase == COMMITTED:
+            if phase in COMMIT_PHASES:
                 pipe.zadd(self.committed_key, {str(checkpoint_id): checkpoint_id})
                 pipe.zremrangebyrank(self.committed_key, 0, -_KEEP_COMMITTED - 1)
         self._client.transaction(build, f"record of {phase} {checkpoint_id}")

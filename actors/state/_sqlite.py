@@ -42,8 +42,10 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from actors.state._provider import (
+    COMMIT_PHASES,
     COMMITTED,
     COMMITTING,
+    FINAL,
     PREPARING,
     CheckpointLog,
     CorruptCheckpoint,
@@ -61,7 +63,7 @@ BUSY_TIMEOUT_S = 30.0
 #: databases in base + delta (1, rows keyed ``(key, version)``, is refused)
 SCHEMA_VERSION = 2
 
-_PHASES = (COMMITTED, PREPARING, COMMITTING)
+_PHASES = (COMMITTED, PREPARING, COMMITTING, FINAL)
 #: how many committed ids the log keeps (the last, and the one before to fall back to)
 _KEEP_COMMITTED = 2
 _ENTRY = struct.Struct(">qqq")  # key group, key length, value length (-1: a delete)
@@ -374,7 +376,7 @@ class _LocalLog(CheckpointLog):
         with self._lock, _Transaction(self._con) as con:
             con.execute("INSERT OR REPLACE INTO round (one, phase, ckpt) VALUES (0, ?, ?)",
                         (phase, checkpoint_id))
-            if phase == COMMITTED:
+            if phase in COMMIT_PHASES:
                 con.execute("INSERT OR IGNORE INTO committed (ckpt) VALUES (?)",
                             (checkpoint_id,))
                 con.execute("DELETE FROM committed WHERE ckpt NOT IN (SELECT ckpt FROM "

@@ -18,6 +18,16 @@ carry their sender's epoch, and after a rollback senders use one at least the ne
 generation); the executor thread drops its queue, pending emits, partial batches,
 parked elements and tuple trees, restores the state of the last committed checkpoint,
 rewinds or fails its spout's tuples, reports that it paused, and waits for the resume.
+
+End of input apart from end of stream (Flink's FLIP-147): a task whose input has ended (a
+spout past its last tuple, a bolt whose inputs all sent their end-of-data marker, after its
+``finish()``) sends DRAINED on, reports it (:meth:`TaskCheckpoint.end_of_input`) and keeps
+taking barriers and commits; its snapshots record it as finished, so a restore of one of
+them does not run ``finish()`` again, and a restore of an earlier one does, when the input
+ends again. The task ends its stream once the final checkpoint (taken when every task had
+finished) has committed, or is restored (:meth:`TaskCheckpoint.final_committed`). A rollback
+forgets every end-of-data marker, queued, parked or applied: the rewound spouts send them
+again when they reach their end, as Flink regenerates ``MAX_WATERMARK``.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from actors._codec import decode_key, value_encoder
-from actors._streams import BARRIER_STREAM, DRAINED_STREAM, EOS_STREAM, FLUSH
+from actors._streams import BARRIER_STREAM, EOS_STREAM, FLUSH
 from actors.state._internals import (
     INTERNAL_GROUP,
     INTERNAL_GROUPS,
@@ -60,8 +70,14 @@ RECENT_ROUNDS = 100
 _KINDS = ("trigger", "commit", "rollback", "resume")
 #: the config key of the windows' ack-on-entry rule (actors/windowing/executor.py)
 ACK_ON_ENTRY = "topology.bolts.window.ack.on.entry"
-#: the end markers a rollback keeps (an upstream that ended stays ended)
-_MARKERS = (EOS_STREAM, DRAINED_STREAM)
+#: the end markers a rollback keeps: an end of stream, which comes only after the final
+#: checkpoint committed (a rollback after it, a task restarted then, restores that one);
+#: an end-of-data marker (DRAINED) is dropped, and the rewound upstream sends it again
+_MARKERS = (EOS_STREAM,)
+#: the stored key (internal group) that records a stateful task as finished: its input had
+#: ended, and its ``finish()`` run, when the checkpoint was taken (two internal prefixes:
+#: no ``CheckpointedInternals`` key, ``INTERNAL_PREFIX`` + a msgpack value, begins so)
+FINISHED_KEY = INTERNAL_PREFIX + INTERNAL_PREFIX + b"finished"
 
 
 def is_stateful(obj: Any) -> bool:
@@ -109,22 +125,24 @@ def keyed_state(topology: StormTopology, component: str, task: int, conf: dict
 def enable_checkpoints(core: ExecutorCore, store: TaskStore | None, gen: int = 0,
                        checkpoint_id: int | None = None, paused: bool = False,
                        key_group: Callable[[Any], int] | None = None,
-                       groups: range | None = None) -> TaskCheckpoint:
+                       groups: range | None = None, final: bool = False) -> TaskCheckpoint:
     """Make ``core`` take part in checkpoints (before it starts; a chain host before its
     chained tasks, which share its inbox): ``store`` is its ``TaskStore`` (None without
     state). At start the state of ``checkpoint_id`` is restored; ``paused`` (a restarted
-    task) waits for the coordinator's resume of generation ``gen`` first."""
+    task) waits for the coordinator's resume of generation ``gen`` first; ``final``: that
+    checkpoint is the stream's final one, so the task only ends its stream."""
     host = core.chain_host
     core.checkpoint = TaskCheckpoint(core, store, key_group, groups,
                                      host.checkpoint.inbox if host is not None else None,
-                                     (gen, checkpoint_id, paused))
+                                     (gen, checkpoint_id, paused, final))
     return core.checkpoint
 
 
 def drop_queued(queue: JCQueue, inbound: Inbound) -> list:
     """A rollback: empty ``queue`` (receive queue and overflow) under the inbound side's
     insert lock, so no frame of an older epoch enters after; returns the end markers it
-    held and those of frames dropped on arrival (an upstream that ended stays ended)."""
+    held and those of frames dropped on arrival (an upstream that ended stays ended; only
+    ends of streams are kept, see :data:`_MARKERS`)."""
     markers = []
 
     def drop(el) -> None:
@@ -181,13 +199,13 @@ class TaskCheckpoint:
         key_group: the state key → key group function of a keyed (fields-grouped) bolt.
         groups: the key groups the task owns (None: per-task state).
         inbox: the coordinator messages' queue (a chained task shares its host's).
-        start: ``(gen, checkpoint_id, paused)`` for :meth:`open`.
+        start: ``(gen, checkpoint_id, paused, final)`` for :meth:`open`.
     """
 
     def __init__(self, core: ExecutorCore, store: TaskStore | None,
                  key_group: Callable[[Any], int] | None = None,
                  groups: range | None = None, inbox: deque | None = None,
-                 start: tuple = (0, None, False)) -> None:
+                 start: tuple = (0, None, False, False)) -> None:
         self.core = core
         self._start = start
         self.store = store
@@ -222,9 +240,20 @@ class TaskCheckpoint:
         self.grant: Callable[[int, int, int], None] = lambda *a: None
         self.reset_sinks: Callable[[int], None] = lambda gen: None
         self._failure_reported = -1
-        # spouts: the end of a finite input waits for a checkpoint after its last tuple
-        self.awaiting_final = False
-        self.final_barrier: int | None = None
+        #: this task's input has ended in this generation (reported to the coordinator)
+        self.input_ended = False
+        #: its finish() ran: in this generation, or before the checkpoint restored
+        #: (stateful tasks record it in their snapshots: FINISHED_KEY)
+        self.finish_ran = False
+        self._finish_stored = False
+        #: the stream's final checkpoint has committed here, or was restored: end
+        self.final = False
+        # spouts: the collector's emitted count at each barrier since the last committed
+        # one, at the start of this generation, and where a drain takes effect (a rewind
+        # during a drain emits up to there again, then drains again)
+        self.emitted_at: dict[int, int] = {}
+        self._emitted_origin = 0
+        self.drain_at: int | None = None
         #: set by a rollback that restored a spout's position (the loop starts again)
         self.rewound = False
         # figures
@@ -247,8 +276,9 @@ class TaskCheckpoint:
         """After ``open``/``prepare``: restore the start's checkpoint (None: empty) and
         call ``init_state``. A restarted task (``paused``) waits for the resume of the
         start's generation before its first tuple."""
-        gen, checkpoint_id, paused = self._start
+        gen, checkpoint_id, paused, final = self._start
         self.gen = gen
+        self.final = final
         if paused:  # every sender starts anew after the rollback: its first frame is seq 0
             self.core.inbound.begin_rollback(gen)
         if self.stateful:
@@ -263,8 +293,9 @@ class TaskCheckpoint:
         entries = self.store.restore(checkpoint_id, USER_GROUPS if groups is None else groups)
         self.state.replace({decode_key(k): v for k, v in entries.items()})
         self.restores += checkpoint_id is not None
+        entries = self.store.restore(checkpoint_id, INTERNAL_GROUPS)
+        self.finish_ran = self._finish_stored = entries.pop(FINISHED_KEY, None) is not None
         if isinstance(self.obj, CheckpointedInternals):
-            entries = self.store.restore(checkpoint_id, INTERNAL_GROUPS)
             self._internal_bytes = {k: len(v) for k, v in entries.items()}
             try:
                 self.obj.restore_internals({decode_key(k[1:]): v for k, v in entries.items()
@@ -272,6 +303,8 @@ class TaskCheckpoint:
             except ValueError as e:
                 raise CorruptCheckpoint(f"task {self.core.task_id}", checkpoint_id or 0,
                                         str(e)) from None
+            if self.finish_ran:
+                self.obj.input_ended()
 
     # -- control thread ----------------------------------------------------------------------
     def request(self, kind: str, args: tuple) -> None:
@@ -281,9 +314,10 @@ class TaskCheckpoint:
             raise ValueError(f"unknown checkpoint message {kind!r}")
         if kind == "rollback" and args[0] > self.gen:
             if self.core.state in ("ending", "done"):
-                # its inputs have all ended, so every upstream spout's final checkpoint
-                # has committed: the rollback's target holds all it did; it only flushes
-                # its end of stream now, and pauses at once (a done one is not waited for)
+                # a task ends its stream only once the final checkpoint committed, so the
+                # rollback's target is that one (a task restarted after it): it holds all
+                # this task did, which only flushes its end of stream, and pauses at once
+                # (a done one is not waited for)
                 self.gen = args[0]
                 self.report("paused", self.core.task_id, args[0])
                 return
@@ -297,23 +331,29 @@ class TaskCheckpoint:
         """Apply one coordinator message (executor thread)."""
         getattr(self, "_on_" + kind)(*args)
 
-    def want_final(self) -> None:
-        """A spout has emitted everything: ask for a checkpoint now (once)."""
-        if not self.awaiting_final:
-            self.awaiting_final = True
-            self.report("request")
+    def end_of_input(self) -> None:
+        """This task's input has ended (a spout past its last tuple; a bolt whose inputs
+        all sent end of data, after its ``finish()`` and the DRAINED it sent on): its
+        snapshots from now on record it as finished, and the coordinator is told (once per
+        generation). Executor thread."""
+        if self.input_ended:
+            return
+        self.input_ended = True
+        if not self.is_spout and not self.finish_ran:
+            self.finish_ran = True
+            if isinstance(self.obj, CheckpointedInternals):
+                self.obj.input_ended()
+        self.report("data_ended", self.core.task_id, self.gen)
 
     def final_committed(self) -> bool:
-        """True once a checkpoint whose barrier followed the spout's last tuple has
-        committed: its stream may end."""
-        return (self.final_barrier is not None and self.last_committed is not None
-                and self.last_committed >= self.final_barrier)
+        """True once the stream's final checkpoint (taken after every task finished its
+        input) has committed or been restored here: the task ends its stream."""
+        return self.final
 
     def _on_trigger(self, gen: int, checkpoint_id: int) -> None:
         if gen != self.gen or self.paused or not self.is_spout:
             return
-        if self.awaiting_final and self.final_barrier is None:
-            self.final_barrier = checkpoint_id
+        self.emitted_at[checkpoint_id] = self.core.collector.emitted
         self._started[checkpoint_id] = time.monotonic()
         self.alignments_ms.append(0.0)
         self.snapshot(checkpoint_id)
@@ -321,21 +361,25 @@ class TaskCheckpoint:
         self.msgs = self.core.collector.msg_log = []
         self.core.send_barrier(checkpoint_id)
 
-    def _on_commit(self, checkpoint_id: int) -> None:
+    def _on_commit(self, checkpoint_id: int, final: bool = False) -> None:
         if self.last_committed is not None and checkpoint_id <= self.last_committed:
             return
         prev, self.last_committed = self.last_committed, checkpoint_id
+        for cid in [c for c in self.emitted_at if c < checkpoint_id]:
+            del self.emitted_at[cid]
         t0 = self._started.pop(checkpoint_id, None)
         if t0 is not None:
             self.durations_ms.append((time.monotonic() - t0) * 1000)
         for cid in [c for c in self._started if c < checkpoint_id]:
             del self._started[cid]
+        published = True
         if self.stateful:
             self._user("pre_commit", checkpoint_id)
             if isinstance(self.obj, CheckpointedInternals):
                 try:
                     self.obj.internal_commit(checkpoint_id)
                 except Exception as e:  # (a sink that cannot publish): roll back to it
+                    published = False
                     self.core.errors.report(e, f"commit of checkpoint {checkpoint_id}")
                     self.failed(f"commit of checkpoint {checkpoint_id} failed: {e}")
             if prev is not None:
@@ -345,6 +389,9 @@ class TaskCheckpoint:
                     self.core.errors.report(e, f"collection after checkpoint {checkpoint_id}")
         if self.is_spout:
             self._ack_rounds(checkpoint_id)
+        # (a final commit this task could not publish does not end it: the rollback to
+        # the final checkpoint that its failure brings publishes it again, then it ends)
+        self.final = final and published
 
     def _ack_rounds(self, upto: int) -> None:
         """The spout's ``ack`` for every tuple emitted before barrier ``upto``."""
@@ -354,19 +401,24 @@ class TaskCheckpoint:
         if acks:
             self.core.user_acks(acks)
 
-    def _on_rollback(self, gen: int, checkpoint_id: int | None) -> None:
+    def _on_rollback(self, gen: int, checkpoint_id: int | None, final: bool = False) -> None:
         if gen <= self.gen:
             return
         core = self.core
         self.gen = gen
         self.rollbacks += 1
-        ended = [el for el in self.parked if el[1] in _MARKERS]  # (an input that ended
+        ended = [el for el in self.parked if el[1] in _MARKERS]  # (a stream that ended
         self.aligning, self.seen, self.parked = None, set(), []  # stays ended)
         self._started.clear()
         core.blocked = frozenset()
         core.clear_io()
         for el in ended:
             core._control(el[0], el[1], el[2])
+        # every end of input is regenerated: the rewound upstreams send DRAINED again
+        core.reset_end_of_input()
+        self.input_ended = False
+        self.finish_ran = self._finish_stored = False  # (a stateful task's: restored below)
+        self.final = final
         clear_ledger(core.ledger)
         self.reset_sinks(gen)
         if checkpoint_id is not None and (self.last_committed is None
@@ -378,8 +430,7 @@ class TaskCheckpoint:
             after = [m for _, ms in self.rounds for m in ms] + self.msgs
             self.rounds.clear()
             self.msgs = core.collector.msg_log = []
-            if not self.final_committed():
-                self.awaiting_final, self.final_barrier = False, None
+            self._rewind_drain(checkpoint_id)
             core._fails_since_exhausted = True  # the loop calls next_tuple again
             if not self.stateful and after:  # a replaying spout: each fails once
                 core.user_fails(after, "rolled back")
@@ -403,6 +454,19 @@ class TaskCheckpoint:
         self.last_committed = checkpoint_id
         self.paused = True
         self.report("paused", core.task_id, gen)
+
+    def _rewind_drain(self, checkpoint_id: int | None) -> None:
+        """A spout rolls back to ``checkpoint_id``: a drain it had begun takes effect
+        again after as many emits as it made between that checkpoint's barrier and the
+        drain (none when the barrier came after the drain)."""
+        now = self.core.collector.emitted
+        if self.drain_at is not None:
+            at = (self._emitted_origin if checkpoint_id is None
+                  else self.emitted_at.get(checkpoint_id))
+            left = self.drain_at - at if at is not None and at < self.drain_at else 0
+            self.drain_at = now + left
+        self.emitted_at = {checkpoint_id: now} if checkpoint_id is not None else {}
+        self._emitted_origin = now
 
     def _on_resume(self, gen: int) -> None:
         if gen == self.gen and self.paused:
@@ -442,7 +506,13 @@ class TaskCheckpoint:
                         sizes.pop(k, None)
                     puts += more
                     deletes += gone
+                if self.finish_ran != self._finish_stored:
+                    if self.finish_ran:
+                        puts.append((INTERNAL_GROUP, FINISHED_KEY, b"\xc3"))  # (true)
+                    else:
+                        deletes.append((INTERNAL_GROUP, FINISHED_KEY))
                 self.store.prepare(checkpoint_id, puts, deletes)
+                self._finish_stored = self.finish_ran
             except Exception as e:  # (a full disk...): the round fails, the task goes on
                 core.errors.report(e, f"snapshot of checkpoint {checkpoint_id}")
                 self.failed(f"snapshot of checkpoint {checkpoint_id} failed: {e}")
@@ -514,6 +584,8 @@ class TaskCheckpoint:
 
     def stats(self) -> dict:
         return {"checkpoints": self.checkpoints, "rollbacks": self.rollbacks,
+                "input_ended": self.input_ended, "finish_ran": self.finish_ran,
+                "final": self.final,
                 "received": dict(self.received),
                 "last_committed": self.last_committed, "generation": self.gen,
                 "paused": self.paused, "aligning": self.aligning,
