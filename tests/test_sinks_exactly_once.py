@@ -176,6 +176,27 @@ def test_a_carry_still_pending_at_the_next_barrier_is_not_carried_twice(tmp_path
         assert _ids(path) == list(range(30)), f"restore={restore}"
 
 
+def test_a_carry_still_pending_when_the_input_ends_goes_into_the_last_file_once(tmp_path):
+    """The input ends (the next checkpoint may be the last) while checkpoint 1's carry
+    awaits its commit: checkpoint 2's file takes its rows too, and names the carry, so
+    neither the carry's late commit nor a restore of checkpoint 2 adds them again."""
+    for restore in (False, True):
+        path = str(tmp_path / f"out-{restore}")
+        c = Checkpoints(lambda: ParquetSink(path, min_rows=25), path)  # noqa: B023
+        c.write(range(10))
+        c.snapshot(1)                  # carried (10 < 25); commit 1 has not come
+        c.write(range(10, 15))
+        c.task.input_ended()
+        c.snapshot(2)                  # perhaps the last checkpoint: everything is staged
+        if restore:                    # the task dies after 2 committed; its restore
+            c.restart(2)               # is told the input ended and checkpoints again
+            c.task.input_ended()
+            c.snapshot(3)
+            c.task.internal_commit(3)
+        else:
+            c.task.internal_commit(2)  # commits 1 and 2, late; 2 was the last checkpoint
+        assert _ids(path) == list(range(15)), f"restore={restore}"
+
 #: partition values that an unescaped path loses or merges ("" is null, as Spark writes it)
 PARTITION_VALUES = ["a/b", "a_b", "a b", "x:y=z?", "100%", "%41", "café", "2024-05-01 12:30:00",
                     None, ""]

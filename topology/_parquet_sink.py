@@ -201,6 +201,10 @@ class ParquetSink(TwoPhaseCommitSink):
         self._rows: list[list] = []        # rows in no transaction yet
         self._held: dict[int, list] = {}   # checkpoint id -> the rows its carry holds
         self._held_rows = 0
+        self._absorbed: set[int] = set()   # carries whose rows went into a later file
+        # checkpoint id -> the rows a restored carry put back (a file that absorbed it
+        # takes them out again); until the next pre_commit
+        self._restored: dict[int, list] = {}
         self._since_file = 0      # checkpoints since the last file
         self._input_ended = False  # end_of_input() came: write everything at pre_commit
         self._covered = -1        # the buffer reflects every checkpoint up to this one
@@ -234,8 +238,9 @@ class ParquetSink(TwoPhaseCommitSink):
         carry, and join the next transaction once it has."""
         self._since_file += 1
         self._covered = checkpoint_id
+        self._restored.clear()  # (the buffer's rows go into this transaction)
         rows = self._rows
-        if not rows:
+        if not rows and not (self._input_ended and self._held):
             if not self._held:
                 self._since_file = 0
             return None
@@ -246,7 +251,16 @@ class ParquetSink(TwoPhaseCommitSink):
             self._held_rows += len(rows)
             return {"carry": rows, "names": list(self._names)}  # in the checkpoint
         self._since_file = 0
-        return {"files": self._stage(checkpoint_id, rows)}
+        if not self._input_ended or not self._held:
+            return {"files": self._stage(checkpoint_id, rows)}
+        # the input has ended, so this checkpoint may be the last: the rows of carries
+        # still awaiting their commit go into its files too, which name those carries
+        # (their commit then adds nothing, and a restore drops their rows again)
+        absorbs = sorted(self._held)
+        rows = [r for c in absorbs for r in self._held[c]] + rows
+        self._absorbed.update(absorbs)
+        self._held, self._held_rows = {}, 0
+        return {"files": self._stage(checkpoint_id, rows), "absorbs": absorbs}
 
     def _stage(self, checkpoint_id: int, rows: list[list]) -> list[list[str]]:
         """Write ``rows`` under staging, a file per partition; returns ``[staged, final]``
@@ -288,7 +302,9 @@ class ParquetSink(TwoPhaseCommitSink):
     def commit(self, checkpoint_id: int, transaction: Any) -> None:
         if "carry" in transaction:
             held = self._held.pop(checkpoint_id, None)
-            if held is not None:
+            if checkpoint_id in self._absorbed:  # its rows are in a later file
+                self._absorbed.discard(checkpoint_id)
+            elif held is not None:
                 # carried by this task since its last restore: the rows are in no
                 # transaction once the runtime drops this one, so the next takes them
                 self._held_rows -= len(held)
@@ -296,11 +312,17 @@ class ParquetSink(TwoPhaseCommitSink):
             elif checkpoint_id > self._covered:
                 # restored with its checkpoint: the buffer takes the rows back (a carry
                 # at or below _covered was taken already)
-                self._rows = [list(r) for r in transaction["carry"]] + self._rows
+                restored = [list(r) for r in transaction["carry"]]
+                self._restored[checkpoint_id] = restored
+                self._rows = restored + self._rows
                 self._names = tuple(transaction["names"])
                 self._covered = checkpoint_id
             return
         from pyarrow import fs as pafs
+
+        drop = {id(r) for c in transaction.get("absorbs", ()) for r in self._restored.pop(c, ())}
+        if drop:  # restored carries whose rows these files hold
+            self._rows = [r for r in self._rows if id(r) not in drop]
 
         for staged, final in transaction["files"]:
             info = self._fsys.get_file_info([staged, final])
