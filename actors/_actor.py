@@ -125,11 +125,11 @@ class ExecutorActor:
         from actors.state._coordinator import checkpoint_coordinator_name
         from actors.state.providers import make_provider
 
-        gen, cid, final = 0, None, False
+        gen, cid, final, finished = 0, None, False, ()
         self._checkpoints = ray.get_actor(checkpoint_coordinator_name(self._prefix))
         provider = make_provider(conf, topology_name, self._prefix)
         if rejoining:
-            gen, cid, final = ray.get(
+            gen, cid, final, finished = ray.get(
                 self._checkpoints.restarted.remote(self.core.task_id))
         else:  # a submit from a savepoint starts from the checkpoint it seeded
             committed = provider.checkpoint_log().load()[2]
@@ -140,7 +140,7 @@ class ExecutorActor:
             key_group, groups = keyed_state(topology, core.component_id, core.task_id,
                                             core.conf)
             cp = enable_checkpoints(core, store, gen, cid, rejoining, key_group, groups,
-                                    final)
+                                    final, core.task_id in finished)
             cp.report = self._report_checkpoint
             cp.grant = functools.partial(self._grant, core.task_id)
             cp.reset_sinks = functools.partial(self._reset_sinks, core.task_id)

@@ -225,7 +225,7 @@ class BoltExecutor(ExecutorCore):
                 self.obj.finish()
             except Exception as e:  # user code: reported; the end is not reached
                 self.errors.report(e, "finish")
-                cp.report("finish_failed", self.task_id,
+                cp.report("finish_failed", self.task_id, cp.gen,
                           f"{self.component_id}:{self.task_id}: finish() raised "
                           f"{type(e).__name__}: {e}")
                 return
@@ -266,9 +266,17 @@ class BoltExecutor(ExecutorCore):
             self._next_tick += self.tick_s
             if self._next_tick <= now:  # behind by more than a period: start afresh
                 self._next_tick = now + self.tick_s
-        if self._tick_due and not self._tick_queued and self.upstream_open:
+        if self._tick_due and not self._tick_queued and self._ticking():
             if self.queue.try_publish_direct(self._tick_el):
                 self._tick_due, self._tick_queued = False, True
+
+    def _ticking(self) -> bool:
+        """Ticks run while input may come: until every input has ended, or, with
+        checkpoints, until the task's input has ended and ``finish()`` has run (a tick
+        after it would emit behind the end of data; Flink quiesces its timers when an
+        operator finishes). A rollback that rewinds the input starts them again."""
+        return bool(self.upstream_open) and not (self.checkpoint is not None
+                                                 and self.checkpoint.input_ended)
 
     def finish_pending_input(self) -> None:
         if self._batch_in:
@@ -285,7 +293,7 @@ class BoltExecutor(ExecutorCore):
 
     def _wait_limit(self) -> float | None:
         limit = super()._wait_limit()
-        if self.tick_s is None or self._tick_queued or not self.upstream_open:
+        if self.tick_s is None or self._tick_queued or not self._ticking():
             return limit
         until_tick = max(0.0, self._next_tick - self.clock())
         return until_tick if limit is None else min(limit, until_tick)

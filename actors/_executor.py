@@ -149,8 +149,14 @@ class ExecutorCore:
         self._failed = 0
         self._bad_frames = 0
         self._fails_since_exhausted = False
+        #: a spout's drain waits for this emitted count (see SpoutExecutor._apply_drain)
+        self._redrain: int | None = None
         #: DRAINED was sent on in this generation (see send_drained)
         self._drained_sent = False
+        #: a checkpoint rollback's generation that reached this task while it sent its
+        #: end of stream (set by the control thread): the receivers drop frames of older
+        #: epochs, so ``_end_stream`` sends its end marker again in a new one
+        self.rollback_while_ending: int | None = None
         # metrics (actors/_metrics.py): time idle for lack of input, backpressure time per
         # destination holding the head of pending_emits, sampled execute latencies
         self.idle_wait_s = 0.0
@@ -579,6 +585,13 @@ class ExecutorCore:
             self.outbox.transfer(t, _EOS_MSG)
         idle = 0
         while not self._stop:
+            gen = self.rollback_while_ending
+            if gen is not None:  # receivers drop our frames of older epochs from now on:
+                self.rollback_while_ending = None  # the end marker goes again, anew
+                self.outbox.clear()
+                self.checkpoint.reset_sinks(gen)
+                for t in self.destinations:
+                    self.outbox.transfer(t, _EOS_MSG)
             self.queue.consume(self.handle)  # keep draining our own queue (flushes, acks)
             self.flush_acks()
             if (self.outbox.try_flush_pending() and self.outbox.try_flush_batches()

@@ -175,6 +175,7 @@ class SpoutExecutor(ExecutorCore):
             if self._want_drain and not self.draining:
                 if self._apply_drain():
                     spout = _ENDED
+                redrain = self._redrain
             if redrain is not None and col.emitted >= redrain:
                 redrain = None
                 if self._call_drain():
@@ -246,11 +247,18 @@ class SpoutExecutor(ExecutorCore):
         spout has none, so the executor ends its stream itself (see ``Spout.drain``).
         With checkpoints the emitted count is recorded: a rollback to a checkpoint before
         it has the rewound spout emit up to there again, then drain again (its position
-        was restored, and ``init_state`` undid the drain)."""
+        was restored, and ``init_state`` undid the drain); a drain asked for while a
+        rewound spout is not yet back where it had come applies there
+        (``TaskCheckpoint.replay_to``: :attr:`_redrain`)."""
         self.draining = True
         logger.info("%s:%d: draining", self.component_id, self.task_id)
-        if self.checkpoint is not None:
-            self.checkpoint.drain_at = self.collector.emitted
+        cp, emitted = self.checkpoint, self.collector.emitted
+        self._redrain = None
+        if cp is not None:  # a rewound spout not yet back where it had come drains there
+            cp.drain_at = max(emitted, cp.replay_to)
+            if cp.drain_at > emitted:
+                self._redrain = cp.drain_at
+                return False
         return self._call_drain()
 
     def _call_drain(self) -> bool:

@@ -24,6 +24,7 @@ from cluster import TopologyFailed
 from tests._util import until
 from tests.components import GatedCountSpout, PassBolt, TotalsWordCount, words
 from topology import (
+    Bolt,
     DbApiSink,
     Duration,
     IterableSpout,
@@ -57,7 +58,7 @@ def test_the_final_round_starts_once_every_task_ended_its_input_and_commits_as_f
     assert c.tick(2000.0) == [] and c.state()["final"]
     again = CoordinatorCore(log, [1, 2], [2], 600.0, 5.0, 0.0, 3000.0, restarted=True)
     (rollback,) = again.start(3000.0)
-    assert rollback.kind == "rollback" and rollback.args[1:] == (2, True)
+    assert rollback.kind == "rollback" and rollback.args[1:3] == (2, True)
 
 
 def test_a_rollback_forgets_which_tasks_ended_their_input():
@@ -65,7 +66,7 @@ def test_a_rollback_forgets_which_tasks_ended_their_input():
     assert c.data_ended_at(2, 0, 0.1) == []
     (rollback,) = c.failed(1, "a tree failed", 0.2)
     gen = rollback.args[0]
-    assert rollback.args[1:] == (None, False)
+    assert rollback.args[1:] == (None, False, ())
     assert c.data_ended_at(1, 0, 0.3) == []           # a report of the old generation
     c.paused(1, gen, 0.3)
     c.paused(2, gen, 0.3)
@@ -79,10 +80,13 @@ def test_a_finish_that_keeps_raising_fails_the_topology_not_a_rollback_loop():
     c = CoordinatorCore(MemoryProvider().checkpoint_log(), [1, 2], [2], 600.0, 5.0, 0.0, 0.0)
     why = "count:1: finish() raised RuntimeError: boom"
     for now in (1.0, 2.0):
-        (rollback,) = c.finish_failed(1, why, now)
+        (rollback,) = c.finish_failed(1, c.gen, why, now)
         c.paused(1, rollback.args[0], now)
         c.paused(2, rollback.args[0], now)
-    assert c.finish_failed(1, why, 3.0) == []
+        c.tick(now + 0.5)                             # (a delayed resume)
+    assert c.finish_failed(1, rollback.args[0] - 1, why, 3.0) == []   # a stale report
+    assert c.failure is None
+    assert c.finish_failed(1, c.gen, why, 3.0) == []
     assert c.state()["failure"].startswith(why) and c.rollbacks == 2
     assert c.tick(1000.0) == [] and c.failed(2, "a tree failed", 1000.0) == []
 
@@ -120,8 +124,8 @@ def _totals(downstream) -> list:
     return [tuple(v) for st, v in downstream if st >= 0]
 
 
-def _rollback(core, gen, checkpoint_id, final=False) -> None:
-    core.checkpoint.apply("rollback", (gen, checkpoint_id, final))
+def _rollback(core, gen, checkpoint_id, final=False, finished=()) -> None:
+    core.checkpoint.apply("rollback", (gen, checkpoint_id, final, finished))
     core.checkpoint.apply("resume", (gen,))
 
 
@@ -209,7 +213,7 @@ def test_a_drain_rewound_by_a_rollback_emits_up_to_the_drain_again_then_ends_aga
         gate.release(3)
         until(lambda: _data(downstream) == [0, 1, 2], 10, "three tuples")
         core.checkpoint.request("trigger", (0, 1))
-        until(lambda: ("prepared", core.task_id, 1, 0) in reports, 10, "the snapshot")
+        until(lambda: ("prepared", core.task_id, 1, 0, False) in reports, 10, "the snapshot")
         core.checkpoint.request("commit", (1, False))
         gate.release(2)
         until(lambda: _data(downstream) == [0, 1, 2, 3, 4], 10, "two more")
@@ -217,7 +221,7 @@ def test_a_drain_rewound_by_a_rollback_emits_up_to_the_drain_again_then_ends_aga
         until(lambda: _drained(downstream) == 1, 10, "the end of data")
         assert ("data_ended", core.task_id, 0) in reports
         mark = len(downstream)
-        core.checkpoint.request("rollback", (9, 1, False))
+        core.checkpoint.request("rollback", (9, 1, False, ()))
         until(lambda: ("paused", core.task_id, 9) in reports, 10, "the rollback")
         core.obj.open_gate = True
         core.checkpoint.request("resume", (9,))
@@ -424,3 +428,121 @@ def test_a_final_commit_a_sink_could_not_publish_does_not_end_it_before_its_rest
     assert core.obj.sink.published == []
     _rollback(core, 3, 1, final=True)
     assert core.checkpoint.final_committed() and core.obj.sink.published == [["a"]]
+
+
+def test_a_rollback_names_the_tasks_whose_finish_had_run_at_its_checkpoint():
+    c = CoordinatorCore(MemoryProvider().checkpoint_log(), [1, 2], [2], 600.0, 5.0, 0.0,
+                        -600.0)
+    (trigger,) = c.tick(0.0)
+    c.prepared(2, 1, 0, 0.1, True)
+    assert c.prepared(1, 1, 0, 0.1, False)[0].kind == "commit"
+    (rollback,) = c.failed(1, "a tree failed", 0.2)
+    assert rollback.args[1:] == (1, False, (2,))
+
+
+class _EndRowBolt(Bolt):
+    """A bolt without state whose finish() emits one row."""
+
+    outputs = ("word",)
+
+    def prepare(self, conf, context, collector) -> None:
+        self.collector = collector
+
+    def execute(self, tup) -> None:
+        pass
+
+    def finish(self) -> None:
+        self.collector.emit(("end",))
+
+
+def test_a_task_without_state_runs_finish_again_only_after_a_rollback_from_before_it():
+    """The coordinator's record stands in for a snapshot a task without state does not
+    write: told it had finished at the restored checkpoint, it does not emit its
+    finish() row again; told otherwise, it does. Ticks stop once its input has ended."""
+    b = TopologyBuilder()
+    b.set_spout("src", IterableSpout(["x"], fields=("word",)))
+    b.set_bolt("end", _EndRowBolt(), 1).shuffle_grouping("src")
+    b.set_bolt("out", PassBolt(), 1).shuffle_grouping("end")
+    topo = b.create_topology()
+    (src,), (end,), (out,) = (topo.component_tasks[c] for c in ("src", "end", "out"))
+    core = make_executor("t", topo, {"topology.acker.executors": 0,
+                                     "topology.tick.tuple.freq.secs": 1}, end,
+                         {src: 0, end: 0, out: 0})
+    now = [0.0]
+    core.clock = lambda: now[0]
+    enable_checkpoints(core, None)
+    reports, downstream = [], []
+    core.checkpoint.report = lambda *r: reports.append(r)
+    core.connect({out: lambda items: downstream.extend(items) or len(items)})
+    core._open()
+
+    def feed(stream, values=None):
+        core.handle((src, stream, values))
+        core.outbox.try_flush_batches()
+    feed(DRAINED_STREAM)
+    feed(BARRIER_STREAM, [1])
+    assert reports[-1] == ("prepared", end, 1, 0, True)
+    now[0] = 5.0
+    core._timers(False)
+    assert core.queue.size() == 0, "a tick after finish()"
+    del downstream[:]
+    _rollback(core, 3, 1, finished=(end,))
+    feed(DRAINED_STREAM)
+    assert _totals(downstream) == []
+    _rollback(core, 4, None)
+    now[0] = 10.0
+    core._timers(False)
+    assert core.queue.size() == 1, "ticks again once the input is rewound"
+    feed(DRAINED_STREAM)
+    assert _totals(downstream) == [("end",)]
+
+
+def test_a_drain_rewound_to_the_checkpoint_the_task_started_from_emits_again():
+    """A spout restored at start from checkpoint 4 (position 5) emits 5, 6 and drains; a
+    rollback to 4 has it emit 5, 6 again before it ends again."""
+    core, reports, downstream = _spout_task()
+    store = core.checkpoint.store
+    store.prepare(4, [(0, b"\xa8position", b"\x05")], [])
+    enable_checkpoints(core, store, gen=0, checkpoint_id=4)
+    core.checkpoint.report = lambda *r: reports.append(r)
+    core.start()
+    try:
+        core.obj.gate.release(2)
+        until(lambda: _data(downstream) == [5, 6], 10, "two tuples")
+        core.set_draining()
+        until(lambda: _drained(downstream) == 1, 10, "the end of data")
+        mark = len(downstream)
+        core.checkpoint.request("rollback", (9, 4, False, ()))
+        until(lambda: ("paused", core.task_id, 9) in reports, 10, "the rollback")
+        core.obj.open_gate = True
+        core.checkpoint.request("resume", (9,))
+        until(lambda: _drained(downstream[mark:]) == 1, 10, "the end of data again")
+        assert _data(downstream, mark) == [5, 6]
+    finally:
+        core.stop()
+
+
+def test_a_drain_asked_for_before_a_rewound_spout_is_back_applies_where_it_had_come():
+    """Rolled back to barrier 1 (after 0..2) from 0..4, the spout is drained before it
+    emits again: it emits 3 and 4 again (where it had come), then ends."""
+    core, reports, downstream = _spout_task()
+    core.start()
+    try:
+        core.obj.gate.release(3)
+        until(lambda: _data(downstream) == [0, 1, 2], 10, "three tuples")
+        core.checkpoint.request("trigger", (0, 1))
+        until(lambda: ("prepared", core.task_id, 1, 0, False) in reports, 10, "a snapshot")
+        core.checkpoint.request("commit", (1, False))
+        core.obj.gate.release(2)
+        until(lambda: _data(downstream) == [0, 1, 2, 3, 4], 10, "two more")
+        mark = len(downstream)
+        core.checkpoint.request("rollback", (9, 1, False, ()))
+        until(lambda: ("paused", core.task_id, 9) in reports, 10, "the rollback")
+        core.checkpoint.request("resume", (9,))
+        core.set_draining()
+        until(lambda: core.draining, 10, "the drain")
+        core.obj.open_gate = True
+        until(lambda: _drained(downstream[mark:]) == 1, 10, "the end of data")
+        assert _data(downstream, mark) == [3, 4]
+    finally:
+        core.stop()

@@ -120,7 +120,7 @@ def _run(steps, log):
                 assert reported[(cid, c.gen)] >= {SPOUT, BOLT}, "committed before all prepared"
                 committed.append(cid)
             elif a.kind == "rollback":
-                gen, cid, _ = a.args
+                gen, cid, _, _ = a.args
                 assert cid == (committed[-1] if committed else
                                (log.load()[2][-1] if log.load()[2] else None))
                 for t in a.tasks:
@@ -282,7 +282,7 @@ def test_alignment_parks_a_channel_after_its_barrier_and_holds_its_credit():
     assert frame(bb, 0, [s, ["x"]]) == 0  # B is not blocked
     assert core.checkpoint.state.get("y") is None and core.checkpoint.state.get("x") == 2
     assert frame(bb, 1, [BARRIER_STREAM, [1]]) == 1
-    assert reports == [("prepared", count, 1, 0)]
+    assert reports == [("prepared", count, 1, 0, False)]
     assert {k: v for k, v in store.restore(1).items()} == {b"\xa1x": b"\x02"}
     assert grants == [(a, 0, 2)]  # A's frames up to seq 2 acknowledged by another call
     assert core.checkpoint.state.get("y") == 1 and core.blocked == frozenset()
@@ -307,7 +307,7 @@ def test_barrier_of_an_ended_input_is_not_waited_for():
     core.handle((a, BARRIER_STREAM, [1]))
     assert reports == []
     core.handle((bb, -1, None))  # B ends: A's barrier completes the round
-    assert reports == [("prepared", count, 1, 0)]
+    assert reports == [("prepared", count, 1, 0, False)]
 
 
 # -- refusals at submit --------------------------------------------------------------------------

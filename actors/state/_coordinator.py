@@ -50,9 +50,11 @@ class Action(NamedTuple):
     """A message the coordinator sends: ``kind`` to each of ``tasks`` with ``args``.
 
     Kinds: ``"trigger"`` ``(gen, checkpoint_id)`` to spout tasks; ``"commit"``
-    ``(checkpoint_id, final)``; ``"rollback"`` ``(gen, checkpoint_id or None, final)``;
-    ``"resume"`` ``(gen,)``. ``final``: that checkpoint is the stream's last (every task
-    had finished its input): the tasks end once it is committed or restored."""
+    ``(checkpoint_id, final)``; ``"rollback"`` ``(gen, checkpoint_id or None, final,
+    finished)``; ``"resume"`` ``(gen,)``. ``final``: that checkpoint is the stream's last
+    (every task had finished its input): the tasks end once it is committed or restored.
+    ``finished``: the tasks whose ``finish()`` had run when they took that checkpoint
+    (FLIP-147's finished subtasks; a task without state keeps no record of its own)."""
 
     kind: str
     tasks: tuple[int, ...]
@@ -117,6 +119,11 @@ class CoordinatorCore:
         self.spouts_ended_at: float | None = None
         #: the last committed checkpoint is the stream's final one
         self.final = phase == FINAL and bool(self.committed) and cid == self.committed[-1]
+        #: the tasks that reported their finish() run, in the round in flight; and per
+        #: committed checkpoint (this coordinator's life only: a restarted one knows the
+        #: final checkpoint's, all, from the log; the stateful tasks keep their own)
+        self.round_finished: set[int] = set()
+        self.finished_at: dict[int, tuple] = {}
         #: finish() failures in a row, per task; and why the topology failed (None: it
         #: has not): then no round starts and no rollback is sent
         self.finish_failures: dict[int, int] = {}
@@ -196,6 +203,7 @@ class CoordinatorCore:
                            self.last_id, e)
             return []
         self.round, self.round_started, self.reported = self.last_id, now, set()
+        self.round_finished = set()
         self.requested = False
         if self.all_data_ended():
             self.final_round = self.round
@@ -205,11 +213,15 @@ class CoordinatorCore:
         """True once every task in the rounds has reported the end of its input."""
         return self.tasks - self.finished <= self.data_ended
 
-    def prepared(self, task: int, checkpoint_id: int, gen: int, now: float) -> list[Action]:
-        """``task`` snapshotted its state for ``checkpoint_id`` (stale reports ignored)."""
+    def prepared(self, task: int, checkpoint_id: int, gen: int, now: float,
+                 finished: bool = False) -> list[Action]:
+        """``task`` snapshotted its state for ``checkpoint_id`` (stale reports ignored);
+        ``finished``: its ``finish()`` had run by then."""
         if gen != self.gen or checkpoint_id != self.round or self.waiting is not None:
             return []
         self.reported.add(task)
+        if finished:
+            self.round_finished.add(task)
         return self._maybe_commit(now)
 
     def _maybe_commit(self, now: float) -> list[Action]:
@@ -224,6 +236,8 @@ class CoordinatorCore:
             return self._rollback(now, f"checkpoint {cid} could not be committed: the log "
                                        f"did not record it: {e}")
         self.committed = (self.committed + [cid])[-2:]
+        self.finished_at = {c: t for c, t in self.finished_at.items() if c in self.committed}
+        self.finished_at[cid] = tuple(sorted(self.round_finished))
         self.round = None
         self.completed += 1
         self.rollbacks_in_a_row = 0
@@ -243,12 +257,12 @@ class CoordinatorCore:
             return []
         return self._rollback(now, f"task {task}: {reason}")
 
-    def finish_failed(self, task: int, reason: str, now: float) -> list[Action]:
+    def finish_failed(self, task: int, gen: int, reason: str, now: float) -> list[Action]:
         """``task``'s ``finish()`` raised (``reason`` names its component and task): roll
         back, so the replay runs it again after the restart delay; the
         :data:`FINISH_ATTEMPTS`-th time in a row the topology fails instead
-        (:attr:`failure`), never a rollback loop."""
-        if self.failure is not None:
+        (:attr:`failure`), never a rollback loop. Stale reports are ignored."""
+        if self.failure is not None or gen != self.gen or self.waiting is not None:
             return []
         n = self.finish_failures[task] = self.finish_failures.get(task, 0) + 1
         if n >= FINISH_ATTEMPTS:
@@ -265,18 +279,21 @@ class CoordinatorCore:
         if gen != self.gen or self.waiting is not None or self.final:
             return []
         self.data_ended.add(task)
+        self.finish_failures.pop(task, None)  # (its finish() ran)
         if self.spouts_ended_at is None and set(self.spouts) <= self.data_ended | self.finished:
             self.spouts_ended_at = now
         if self.all_data_ended():
             self.request(now)
         return self.tick(now)
 
-    def restarted(self, task: int, now: float) -> tuple[int, int | None, bool, list[Action]]:
+    def restarted(self, task: int, now: float
+                  ) -> tuple[int, int | None, bool, tuple, list[Action]]:
         """``task``'s actor was restarted by Ray: roll every task back. Returns the new
-        generation, the checkpoint the task restores (it pauses after restoring) and
-        whether that checkpoint is the stream's final one."""
+        generation, the checkpoint the task restores (it pauses after restoring), whether
+        that checkpoint is the stream's final one, the tasks finished in it (see
+        :class:`Action`), and the actions."""
         actions = self._rollback(now, f"task {task} restarted")
-        return self.gen, self.last_committed, self.final, actions
+        return self.gen, self.last_committed, self.final, actions[0].args[3], actions
 
     def paused(self, task: int, gen: int, now: float) -> list[Action]:
         """``task`` has rolled back for generation ``gen`` and waits; once all have, they
@@ -323,8 +340,10 @@ class CoordinatorCore:
         self.waiting = set(self._all_live())
         logger.warning("rolling back to checkpoint %s (generation %d): %s",
                        self.last_committed, self.gen, why)
-        return [Action("rollback", self._all_live(),
-                       (self.gen, self.last_committed, self.final))]
+        cid = self.last_committed
+        finished = (tuple(sorted(self.tasks)) if self.final
+                    else self.finished_at.get(cid, ()))
+        return [Action("rollback", self._all_live(), (self.gen, cid, self.final, finished))]
 
     def corrupt(self, task: int, checkpoint_id: int, now: float) -> list[Action]:
         """``task`` found checkpoint ``checkpoint_id`` corrupt: it is given up (with every
@@ -450,9 +469,11 @@ def _ray_actor():
                     logger.exception("checkpoint timer")  # would end them for good)
                 time.sleep(min(0.05, self.core.interval_s / 4))
 
-        def prepared(self, task: int, checkpoint_id: int, gen: int) -> None:
+        def prepared(self, task: int, checkpoint_id: int, gen: int,
+                     finished: bool = False) -> None:
             with self._lock:
-                self._send(self.core.prepared(task, checkpoint_id, gen, time.monotonic()))
+                self._send(self.core.prepared(task, checkpoint_id, gen, time.monotonic(),
+                                              finished))
 
         def paused(self, task: int, gen: int) -> None:
             with self._lock:
@@ -463,13 +484,15 @@ def _ray_actor():
                 self._send(self.core.failed(task, reason, time.monotonic()))
 
         def restarted(self, task: int) -> tuple:
-            """A restarted executor asks what to restore: ``(gen, checkpoint id, final)``."""
+            """A restarted executor asks what to restore: ``(gen, checkpoint id, final,
+            finished tasks)``."""
             with self._lock:
-                gen, cid, final, actions = self.core.restarted(task, time.monotonic())
+                gen, cid, final, finished, actions = self.core.restarted(
+                    task, time.monotonic())
                 self._send([a._replace(tasks=tuple(t for t in a.tasks
                                                    if self._hosts.get(t, t) != task))
                             for a in actions])
-                return gen, cid, final
+                return gen, cid, final, finished
 
         def corrupt(self, task: int, checkpoint_id: int) -> None:
             with self._lock:
@@ -479,9 +502,9 @@ def _ray_actor():
             with self._lock:
                 self._send(self.core.data_ended_at(task, gen, time.monotonic()))
 
-        def finish_failed(self, task: int, reason: str) -> None:
+        def finish_failed(self, task: int, gen: int, reason: str) -> None:
             with self._lock:
-                self._send(self.core.finish_failed(task, reason, time.monotonic()))
+                self._send(self.core.finish_failed(task, gen, reason, time.monotonic()))
 
         def ended(self, task: int) -> None:
             with self._lock:

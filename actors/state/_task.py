@@ -125,16 +125,18 @@ def keyed_state(topology: StormTopology, component: str, task: int, conf: dict
 def enable_checkpoints(core: ExecutorCore, store: TaskStore | None, gen: int = 0,
                        checkpoint_id: int | None = None, paused: bool = False,
                        key_group: Callable[[Any], int] | None = None,
-                       groups: range | None = None, final: bool = False) -> TaskCheckpoint:
+                       groups: range | None = None, final: bool = False,
+                       finished: bool = False) -> TaskCheckpoint:
     """Make ``core`` take part in checkpoints (before it starts; a chain host before its
     chained tasks, which share its inbox): ``store`` is its ``TaskStore`` (None without
     state). At start the state of ``checkpoint_id`` is restored; ``paused`` (a restarted
     task) waits for the coordinator's resume of generation ``gen`` first; ``final``: that
-    checkpoint is the stream's final one, so the task only ends its stream."""
+    checkpoint is the stream's final one, so the task only ends its stream; ``finished``:
+    the task's ``finish()`` had run by that checkpoint (the coordinator's record)."""
     host = core.chain_host
     core.checkpoint = TaskCheckpoint(core, store, key_group, groups,
                                      host.checkpoint.inbox if host is not None else None,
-                                     (gen, checkpoint_id, paused, final))
+                                     (gen, checkpoint_id, paused, final, finished))
     return core.checkpoint
 
 
@@ -199,13 +201,13 @@ class TaskCheckpoint:
         key_group: the state key → key group function of a keyed (fields-grouped) bolt.
         groups: the key groups the task owns (None: per-task state).
         inbox: the coordinator messages' queue (a chained task shares its host's).
-        start: ``(gen, checkpoint_id, paused, final)`` for :meth:`open`.
+        start: ``(gen, checkpoint_id, paused, final, finished)`` for :meth:`open`.
     """
 
     def __init__(self, core: ExecutorCore, store: TaskStore | None,
                  key_group: Callable[[Any], int] | None = None,
                  groups: range | None = None, inbox: deque | None = None,
-                 start: tuple = (0, None, False, False)) -> None:
+                 start: tuple = (0, None, False, False, False)) -> None:
         self.core = core
         self._start = start
         self.store = store
@@ -254,6 +256,9 @@ class TaskCheckpoint:
         self.emitted_at: dict[int, int] = {}
         self._emitted_origin = 0
         self.drain_at: int | None = None
+        #: the emitted count at which a rewound spout is back where it had come before
+        #: the rollback (a drain asked for earlier applies there)
+        self.replay_to = 0
         #: set by a rollback that restored a spout's position (the loop starts again)
         self.rewound = False
         # figures
@@ -276,9 +281,12 @@ class TaskCheckpoint:
         """After ``open``/``prepare``: restore the start's checkpoint (None: empty) and
         call ``init_state``. A restarted task (``paused``) waits for the resume of the
         start's generation before its first tuple."""
-        gen, checkpoint_id, paused, final = self._start
+        gen, checkpoint_id, paused, final, finished = self._start
         self.gen = gen
         self.final = final
+        self.finish_ran = finished  # (a stateful task's own record replaces it below)
+        if checkpoint_id is not None:  # (a rewind to it during a drain counts from here)
+            self.emitted_at = {checkpoint_id: self.core.collector.emitted}
         if paused:  # every sender starts anew after the rollback: its first frame is seq 0
             self.core.inbound.begin_rollback(gen)
         if self.stateful:
@@ -319,6 +327,9 @@ class TaskCheckpoint:
                 # this task did, which only flushes its end of stream, and pauses at once
                 # (a done one is not waited for)
                 self.gen = args[0]
+                if self.core.state == "ending":
+                    self.core.rollback_while_ending = args[0]
+                    self.core.wakeup.set()
                 self.report("paused", self.core.task_id, args[0])
                 return
             self.core.inbound.begin_rollback(args[0])
@@ -401,7 +412,8 @@ class TaskCheckpoint:
         if acks:
             self.core.user_acks(acks)
 
-    def _on_rollback(self, gen: int, checkpoint_id: int | None, final: bool = False) -> None:
+    def _on_rollback(self, gen: int, checkpoint_id: int | None, final: bool = False,
+                     finished: tuple = ()) -> None:
         if gen <= self.gen:
             return
         core = self.core
@@ -417,7 +429,10 @@ class TaskCheckpoint:
         # every end of input is regenerated: the rewound upstreams send DRAINED again
         core.reset_end_of_input()
         self.input_ended = False
-        self.finish_ran = self._finish_stored = False  # (a stateful task's: restored below)
+        # whether finish() had run by checkpoint_id: the coordinator's record (a task
+        # without state); a stateful task's own snapshot, restored below, replaces it
+        self.finish_ran = self.core.task_id in finished
+        self._finish_stored = False
         self.final = final
         clear_ledger(core.ledger)
         self.reset_sinks(gen)
@@ -460,9 +475,12 @@ class TaskCheckpoint:
         again after as many emits as it made between that checkpoint's barrier and the
         drain (none when the barrier came after the drain)."""
         now = self.core.collector.emitted
+        at = (self._emitted_origin if checkpoint_id is None
+              else self.emitted_at.get(checkpoint_id))
+        if at is not None:  # how far the spout had come, in the new count: a drain that
+            # comes before it is back there applies there (replay_to), not at once
+            self.replay_to = now + max(0, max(now, self.replay_to) - at)
         if self.drain_at is not None:
-            at = (self._emitted_origin if checkpoint_id is None
-                  else self.emitted_at.get(checkpoint_id))
             left = self.drain_at - at if at is not None and at < self.drain_at else 0
             self.drain_at = now + left
         self.emitted_at = {checkpoint_id: now} if checkpoint_id is not None else {}
@@ -520,7 +538,7 @@ class TaskCheckpoint:
             self.last_keys_written = len(puts) + len(deletes)
         self.checkpoints += 1
         self.last_snapshot_ms = (time.perf_counter() - t0) * 1000
-        self.report("prepared", core.task_id, checkpoint_id, self.gen)
+        self.report("prepared", core.task_id, checkpoint_id, self.gen, self.finish_ran)
 
     def failed(self, reason: str) -> None:
         """A failure seen here (a failed or timed-out tree): one report per generation."""
