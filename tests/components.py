@@ -1301,7 +1301,7 @@ class PlainWordCount(Bolt):
         self.counts[w] = self.counts.get(w, 0) + 1
 
 
-class TotalsWordCount(StatefulBolt):
+class TotalsWordCount(StatefulWordCount):
     """A stateful word count that emits its totals, ``(word, count)``, in ``finish()`` (the
     ``Bolt.finish`` docstring's example); ``fail_finish`` times ``finish()`` raises first
     (a bolt whose last step fails); ``delay_s`` per tuple and ``finish_delay_s`` in
@@ -1311,21 +1311,12 @@ class TotalsWordCount(StatefulBolt):
 
     def __init__(self, fail_finish: int = 0, delay_s: float = 0.0,
                  finish_delay_s: float = 0.0) -> None:
-        self.fail_finish = fail_finish
-        self.delay_s, self.finish_delay_s = delay_s, finish_delay_s
+        super().__init__(delay_s)
+        self.fail_finish, self.finish_delay_s = fail_finish, finish_delay_s
         self.finishes = 0
 
     def prepare(self, conf, context, collector) -> None:
         self.collector = collector
-
-    def init_state(self, state) -> None:
-        self.counts = state
-
-    def execute(self, tup) -> None:
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        word = tup.values[0]
-        self.counts.put(word, self.counts.get(word, 0) + 1)
 
     def finish(self) -> None:
         self.finishes += 1

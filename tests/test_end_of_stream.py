@@ -202,6 +202,18 @@ def _drained(downstream) -> int:
     return sum(st == DRAINED_STREAM for st, _ in downstream)
 
 
+def _rewind_and_reach_the_end_again(core, reports, downstream, checkpoint_id) -> int:
+    """Roll the spout task back to ``checkpoint_id`` (generation 9), open its gate, resume
+    it, and wait for its end of data again; returns where the downstream list stood."""
+    mark = len(downstream)
+    core.checkpoint.request("rollback", (9, checkpoint_id, False, ()))
+    until(lambda: ("paused", core.task_id, 9) in reports, 10, "the rollback")
+    core.obj.open_gate = True
+    core.checkpoint.request("resume", (9,))
+    until(lambda: _drained(downstream[mark:]) == 1, 10, "the end of data again")
+    return mark
+
+
 def test_a_drain_rewound_by_a_rollback_emits_up_to_the_drain_again_then_ends_again():
     """A position-keeping spout without drain() emits 0..2, takes barrier 1 (committed),
     emits 3, 4, then drains (the executor ends it: end of data). A rollback to 1 rewinds
@@ -220,12 +232,7 @@ def test_a_drain_rewound_by_a_rollback_emits_up_to_the_drain_again_then_ends_aga
         core.set_draining()
         until(lambda: _drained(downstream) == 1, 10, "the end of data")
         assert ("data_ended", core.task_id, 0) in reports
-        mark = len(downstream)
-        core.checkpoint.request("rollback", (9, 1, False, ()))
-        until(lambda: ("paused", core.task_id, 9) in reports, 10, "the rollback")
-        core.obj.open_gate = True
-        core.checkpoint.request("resume", (9,))
-        until(lambda: _drained(downstream[mark:]) == 1, 10, "the end of data again")
+        mark = _rewind_and_reach_the_end_again(core, reports, downstream, 1)
         assert _data(downstream, mark) == [3, 4]
         assert ("data_ended", core.task_id, 9) in reports and core.state == "running"
         core.checkpoint.request("trigger", (9, 2))
@@ -511,12 +518,7 @@ def test_a_drain_rewound_to_the_checkpoint_the_task_started_from_emits_again():
         until(lambda: _data(downstream) == [5, 6], 10, "two tuples")
         core.set_draining()
         until(lambda: _drained(downstream) == 1, 10, "the end of data")
-        mark = len(downstream)
-        core.checkpoint.request("rollback", (9, 4, False, ()))
-        until(lambda: ("paused", core.task_id, 9) in reports, 10, "the rollback")
-        core.obj.open_gate = True
-        core.checkpoint.request("resume", (9,))
-        until(lambda: _drained(downstream[mark:]) == 1, 10, "the end of data again")
+        mark = _rewind_and_reach_the_end_again(core, reports, downstream, 4)
         assert _data(downstream, mark) == [5, 6]
     finally:
         core.stop()
