@@ -211,6 +211,18 @@ def _partitioned(tmp_path, values) -> str:
     return path
 
 
+def test_values_equal_in_python_keep_partitions_of_their_own(tmp_path):
+    """``1 == True == 1.0`` in Python, yet each is written to the directory its own
+    ``str`` names (grouping by the values put all three under the first one's)."""
+    import pyarrow as pa
+
+    path = _partitioned(tmp_path, [1, True, 1.0])
+    as_text = pads.partitioning(pa.schema([("kind", pa.string())]), flavor="hive")
+    t = pads.dataset(path, format="parquet", partitioning=as_text).to_table()
+    assert sorted(zip(t["id"].to_pylist(), t["kind"].to_pylist(), strict=True)) == [
+        (0, "1"), (1, "True"), (2, "1.0")]
+
+
 def test_partition_values_read_back_as_written_by_pyarrow_and_duckdb(tmp_path):
     """Partition directories escape path characters by percent-encoding, as Spark's
     ``ExternalCatalogUtils.escapePathName``, and null is ``__HIVE_DEFAULT_PARTITION__``:

@@ -275,12 +275,14 @@ class ParquetSink(TwoPhaseCommitSink):
             parts = {(): (names, [[r[i] for r in rows] for i in range(len(names))])}
         else:
             keys = [names.index(c) for c in self.partition_by]
+            # grouped by value and type: 1, True and 1.0 are equal dict keys, and each
+            # has a directory of its own (its str)
             grouped: dict[tuple, list[list]] = {}
             for r in rows:
-                grouped.setdefault(tuple(r[i] for i in keys), []).append(r)
+                grouped.setdefault(tuple((type(r[i]), r[i]) for i in keys), []).append(r)
             keep = [i for i in range(len(names)) if i not in keys]
-            parts = {values: ([names[i] for i in keep], [[r[i] for r in part] for i in keep])
-                     for values, part in grouped.items()}
+            parts = {typed: ([names[i] for i in keep], [[r[i] for r in part] for i in keep])
+                     for typed, part in grouped.items()}
         files = []
         for n, (values, (cols, data)) in enumerate(sorted(parts.items(),
                                                           key=lambda kv: repr(kv[0]))):
@@ -288,8 +290,8 @@ class ParquetSink(TwoPhaseCommitSink):
             if schema is not None and self.partition_by:
                 schema = pa.schema([f for f in schema if f.name in cols])
             table = pa.table(dict(zip(cols, data, strict=True)), schema=schema)
-            sub = "".join(f"{partition_dir(c, v)}/" for c, v in zip(self.partition_by, values,
-                                                                     strict=True))
+            sub = "".join(f"{partition_dir(c, v)}/"
+                          for c, (_, v) in zip(self.partition_by, values, strict=True))
             name = part_name(PartName(*self._own, checkpoint_id, n))
             if sub:
                 self._fsys.create_dir(f"{self._staging}/{sub[:-1]}", recursive=True)
