@@ -5,6 +5,7 @@ sliding window of credits over both (see the class docstring); used by
 
 from __future__ import annotations
 
+import logging
 import time
 
 from ray.exceptions import RayActorError
@@ -13,6 +14,8 @@ from actors._codec import encode_batch, encode_transfer
 from actors._executor import ExecutorCore
 from actors._streams import EOS_STREAM
 from actors._transfer import FRAME_LOST
+
+logger = logging.getLogger("storm_on_ray.sink")
 
 _EOS_ITEM = (EOS_STREAM, None)
 #: ``ActorSink._channel``'s answer while an offered channel waits for the old path to drain
@@ -78,7 +81,8 @@ class ActorSink:
                  "_frame_limit", "cut_frames", "_lost_at", "_progress_at", "_granted",
                  "_chan", "_offered", "_on_socket", "socket_frames", "socket_bytes",
                  "call_frames", "call_bytes", "socket_refusals", "fallbacks",
-                 "reconnects", "_lost_channel", "on_channel_lost")
+                 "reconnects", "_lost_channel", "on_channel_lost", "_silence_s",
+                 "silences")
 
     def __init__(self, send, src_task: int, dest_task: int, max_inflight: int,
                  core: ExecutorCore, remote: bool = False) -> None:
@@ -97,6 +101,15 @@ class ActorSink:
         self.sent_batches = 0
         self.resets = 0
         self._lost_at = float("-inf")  # monotonic time of the last reset
+        #: a receiver silent this long (s) with frames unacknowledged has lost them:
+        #: ``topology.message.timeout.secs`` (with checkpoints, at least the round's
+        #: timeout: a receiver aligning on a barrier holds its acknowledgements)
+        c = core.conf
+        self._silence_s = float(max(c["topology.message.timeout.secs"],
+                                    c["topology.state.checkpoint.timeout.secs"]
+                                    if core.checkpoint is not None else 0))
+        #: times the receiver was silent past that (see _silent)
+        self.silences = 0
         # monotonic time of the last acknowledgement, or of the send that found nothing
         # unacknowledged: how long the receiver has been silent (see load)
         self._progress_at = time.monotonic()
@@ -218,7 +231,22 @@ class ActorSink:
                 self._progress_at = time.monotonic()
         if self._inflight and self._next - 1 > self._acked:
             self._reap()
-        return self._next - 1 - self._acked
+        n = self._next - 1 - self._acked
+        if n > 0 and time.monotonic() - self._progress_at > self._silence_s:
+            self._silent()
+            return self._next - 1 - self._acked
+        return n
+
+    def _silent(self) -> None:
+        """Frames unacknowledged for longer than the silence bound, whatever the
+        replies said (a ``None`` acknowledgement: a transfer actor that restarted and no
+        longer knows the task; a reply that never came): they are lost (a new epoch; with
+        acking they replay, with checkpoints the topology rolls back)."""
+        logger.warning("task %d: %d frames to task %d unacknowledged for %.0f s: taken "
+                       "as lost", self._src, self._next - 1 - self._acked, self.dest,
+                       self._silence_s)
+        self.silences += 1
+        self._reset()
 
     def busy(self) -> bool:
         """True while an earlier batch to this destination is unacknowledged (non-blocking)."""

@@ -480,3 +480,23 @@ def test_a_killed_or_hung_bolt_task_and_the_others_keep_the_stream(cluster, work
         assert to_victim == 0, batches
     else:  # a killed one: a probe each time its hold ends
         assert to_victim <= PROBE_BATCHES * (1 + seconds / LOST_HOLD_S), (batches, seconds)
+
+
+def test_a_receiver_silent_past_the_message_timeout_has_lost_its_frames(monkeypatch):
+    """A ``None`` acknowledgement (a restarted transfer actor that no longer knows the
+    task) leaves the frame unacknowledged; past ``topology.message.timeout.secs`` of
+    silence the frames are lost: a new epoch, and an ending task sends its end marker
+    again (before, the sender waited for that acknowledgement for good)."""
+    now = _clock(monkeypatch)
+    sink, calls, core = _sink()
+    sink([(0, [1, "k"])])
+    calls[0].fut.set_result([None])  # answered, but not acknowledged
+    timeout = core.conf["topology.message.timeout.secs"]
+    now[0] += timeout - 0.5
+    assert sink.unacked() == 1 and sink.resets == 0  # silent, not yet lost
+    core.state = "ending"
+    now[0] += 1.0
+    assert sink.unacked() == 1 and sink.resets == 1 and sink.silences == 1
+    assert len(calls) == 2  # the end marker again, by actor call, in the new epoch
+    calls[1].fut.set_result(0)
+    assert sink.unacked() == 0
