@@ -39,6 +39,9 @@ from backpressure import BackPressureStatus
 from topology import CollectorBolt, DatasetSink, DeadLetterSink
 
 logger = logging.getLogger("storm_on_ray.actor")
+#: a restarted actor waits this long (s) for the checkpoint coordinator's answer in its
+#: constructor; past it the executor thread asks (a restarting coordinator answers later)
+ASK_TIMEOUT_S = 10.0
 
 
 @ray.remote(concurrency_groups={"data": 1, "remote": 1, "control": 1, "wait": 1})
@@ -127,10 +130,16 @@ class ExecutorActor:
 
         gen, cid, final, finished = 0, None, False, ()
         self._checkpoints = ray.get_actor(checkpoint_coordinator_name(self._prefix))
+        self._restart_answer = None
         provider = make_provider(conf, topology_name, self._prefix)
-        if rejoining:
-            gen, cid, final, finished = ray.get(
-                self._checkpoints.restarted.remote(self.core.task_id))
+        if rejoining:  # asked here if the coordinator answers; else by the executor
+            try:  # thread, again and again (a constructor that raises is not restarted)
+                gen, cid, final, finished = self._ask_restart(timeout=ASK_TIMEOUT_S)
+            except Exception as e:
+                logger.warning("%s:%d: the checkpoint coordinator did not answer (%s); the "
+                               "task asks again once started", self.core.component_id,
+                               self.core.task_id, e)
+                gen = None
         else:  # a submit from a savepoint starts from the checkpoint it seeded
             committed = provider.checkpoint_log().load()[2]
             cid = committed[-1] if committed else None
@@ -140,10 +149,23 @@ class ExecutorActor:
             key_group, groups = keyed_state(topology, core.component_id, core.task_id,
                                             core.conf)
             cp = enable_checkpoints(core, store, gen, cid, rejoining, key_group, groups,
-                                    final, core.task_id in finished)
+                                    final, tuple(finished))
             cp.report = self._report_checkpoint
+            cp.ask = self._ask_restart
             cp.grant = functools.partial(self._grant, core.task_id)
             cp.reset_sinks = functools.partial(self._reset_sinks, core.task_id)
+
+    def _ask_restart(self, timeout: float = 10.0) -> tuple:
+        """Ask the checkpoint coordinator what this restarted actor's tasks restore:
+        ``(gen, checkpoint id, final, finished tasks)``; asked once per actor (a chain's
+        tasks share the answer; each ask rolls the topology back).
+
+        Raises:
+            Exception: the coordinator could not be reached within ``timeout`` s."""
+        if self._restart_answer is None:
+            self._restart_answer = tuple(ray.get(
+                self._checkpoints.restarted.remote(self.core.task_id), timeout=timeout))
+        return self._restart_answer
 
     def _report_checkpoint(self, method: str, *args) -> None:
         """A task's message to the checkpoint coordinator (fire and forget)."""

@@ -11,7 +11,7 @@ from actors._collectors import BoltCollector
 from actors._executor import ExecutorCore
 from actors._streams import BARRIER_STREAM, DRAINED_STREAM, EOS_STREAM, FLUSH, TICK_STREAM
 from actors._two_phase import TwoPhaseCommitExecutor
-from actors.state._task import checkpointed
+from actors.state._task import END, checkpointed
 from actors.windowing import WindowedBoltExecutor
 from actors.windowing.persistent import PersistentWindowedBoltExecutor
 from backpressure import SITE_QUEUE
@@ -329,16 +329,14 @@ class BoltExecutor(ExecutorCore):
         cp = self.checkpoint
         requests = cp.inbox if cp is not None else ()
 
-        def keep_running() -> bool:
+        def keep_running() -> bool:  # (a coordinator message ends the pass: it is polled)
             return not pending and not requests
 
         idle = bp_idle = 0
         is_acker = self.is_acker
         while not self._stop:
-            if requests or (cp is not None and cp.paused):  # (a rollback waits here)
-                self._poll_checkpoints()
-                if cp.final and self.final_committed():
-                    return  # (finish() ran when the input's data ended)
+            if cp is not None and self._poll_checkpoints() == END:  # (a rollback waits
+                return  # here; finish() ran when the input's data ended)
             self._timers(is_acker)
             if not pending or outbox.try_flush_pending():
                 bp_idle = 0

@@ -522,10 +522,11 @@ class ExecutorCore:
         """Process input gathered but not yet run (before a checkpoint's snapshot); none
         here (``BoltExecutor``: a ``BatchBolt``'s batch)."""
 
-    def _poll_checkpoints(self) -> None:
-        """Apply the coordinator's messages to this task and the tasks chained into it
-        (executor thread); after a rollback, wait until all are resumed (``poll_chain``)."""
-        poll_chain(self, (self, *self.chained))
+    def _poll_checkpoints(self) -> int:
+        """The loops' one call into checkpointing, for this task and the tasks chained
+        into it (executor thread; after a rollback it waits until all are resumed):
+        ``GO``, ``END`` or ``REWOUND`` (see ``actors.state._task.poll_chain``)."""
+        return poll_chain(self, (self, *self.chained))
 
     def _report_ended(self) -> None:
         """Tell the checkpoint coordinator this task takes part no more."""

@@ -10,6 +10,7 @@ from actors._acking import SpoutLedger, UserCalls
 from actors._collectors import SpoutCollector
 from actors._executor import ExecutorCore
 from actors._streams import FLUSH
+from actors.state._task import END, REWOUND
 from topology import Spout, StormTopology
 
 logger = logging.getLogger("storm_on_ray.executor")
@@ -130,16 +131,15 @@ class SpoutExecutor(ExecutorCore):
         sample = self._sample_every
         calls, next_timed = 0, (1 if sample else sys.maxsize)
         cp = self.checkpoint
-        requests = cp.inbox if cp is not None else ()
         while not self._stop:
             recv = 0
             if counter >= skips:
-                if requests or (cp is not None and cp.paused):
-                    self._poll_checkpoints()  # (a rollback waits here)
-                    if cp.final and self.final_committed():
+                if cp is not None:
+                    polled = self._poll_checkpoints()  # (a rollback waits here)
+                    if polled == END:
                         return  # (the final checkpoint committed, or was restored)
-                    if cp.rewound:  # its position was restored: not exhausted any more
-                        cp.rewound = exhausted = False
+                    if polled == REWOUND:  # its position was restored: not exhausted
+                        exhausted = False
                         spout = self.obj
                         if self.draining:  # the drain applies again where it did
                             redrain = cp.drain_at
@@ -147,7 +147,7 @@ class SpoutExecutor(ExecutorCore):
                 counter = 0
                 # with checkpoints, a tuple's timeout does not run while a barrier after it
                 # waits for its commit (the commit acks it)
-                self._timers(acking and not (cp is not None and cp.rounds))
+                self._timers(acking and not (cp is not None and cp.timeouts_held()))
             else:
                 counter += 1
             if pending and not outbox.try_flush_pending():
@@ -162,9 +162,7 @@ class SpoutExecutor(ExecutorCore):
                 counter = skips
                 if self._fails_since_exhausted:
                     exhausted = False
-                elif cp is not None:
-                    if self.final_committed():
-                        return
+                elif cp is not None:  # (its stream ends at the poll after the final commit)
                     idle = self._idle(idle) if recv <= 1 else 0
                     continue
                 elif not trees:

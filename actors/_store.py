@@ -90,3 +90,12 @@ def first_start(prefix: str, actor: str) -> bool:
     existed = internal_kv._internal_kv_put(f"{prefix}/started/{actor}", b"1",
                                            overwrite=False, namespace=KV_NAMESPACE)
     return not existed
+
+
+def was_started(prefix: str, actor: str) -> bool:
+    """True once :func:`first_start` has recorded ``actor`` of the submit ``prefix`` (read
+    only)."""
+    from ray.experimental import internal_kv
+
+    return bool(internal_kv._internal_kv_exists(f"{prefix}/started/{actor}",
+                                                namespace=KV_NAMESPACE))

@@ -249,7 +249,7 @@ def test_a_task_restarted_after_the_final_commit_only_ends_its_stream():
     core, reports, downstream = _spout_task()
     store = core.checkpoint.store
     store.prepare(4, [(0, b"\xa8position", b"\x05")], [])
-    enable_checkpoints(core, store, gen=11, checkpoint_id=4, paused=True, final=True)
+    enable_checkpoints(core, store, gen=11, checkpoint_id=4, rejoining=True, final=True)
     core.checkpoint.report = lambda *r: reports.append(r)
     core.obj.open_gate = True
     core.start()

@@ -46,6 +46,10 @@ from actors.state._provider import COMMITTED, FINAL, PREPARING, CheckpointLog
 logger = logging.getLogger("storm_on_ray.checkpoint")
 
 
+class TopologyFailedError(RuntimeError):
+    """The coordinator has declared the topology failed (see ``CoordinatorCore.failure``)."""
+
+
 class Action(NamedTuple):
     """A message the coordinator sends: ``kind`` to each of ``tasks`` with ``args``.
 
@@ -91,11 +95,14 @@ class CoordinatorCore:
             pause between the end of one round and the start of the next.
         now: the current monotonic time (s).
         restarted: this coordinator replaces one that died: roll back at once.
+        log_expected: the coordinator it replaces had recorded a round: a log that shows
+            none is gone (kept on a lost node), and the topology fails at once, naming
+            the log (never a rollback to an empty state, which would wipe every task's).
     """
 
     def __init__(self, log: CheckpointLog, tasks, spout_tasks, interval_s: float,
                  timeout_s: float, min_pause_s: float, now: float,
-                 restarted: bool = False, others=()) -> None:
+                 restarted: bool = False, others=(), log_expected: bool = False) -> None:
         self.log = log
         self.tasks = frozenset(tasks)
         #: tasks that take no barriers but roll back with the others (the ackers)
@@ -149,6 +156,17 @@ class CoordinatorCore:
         #: that cannot publish, does not spin)
         self.rollbacks_in_a_row = 0
         self.resume_at = 0.0
+        #: the last rollback sent (resent to a task that reports an older generation) and
+        #: when (a rollback whose tasks do not all pause within ``timeout_s`` is redone)
+        self._rollback_action: Action | None = None
+        self.rollback_at = 0.0
+        if restarted and log_expected and (phase, cid, committed) == (COMMITTED, 0, []):
+            self.failure = (f"the checkpoint log at {log.where()} is gone (its coordinator "
+                            f"restarted where the log is not: a lost node?); keep "
+                            f"checkpoints where every node reads them (topology.state."
+                            f"provider \"redis\"); no task state was restored or deleted")
+            self._recover = False
+            logger.error("the topology fails: %s", self.failure)
 
     @property
     def last_committed(self) -> int | None:
@@ -179,6 +197,10 @@ class CoordinatorCore:
         if self.failure is not None:
             return []
         if self.waiting is not None:
+            late = self.waiting - self.finished
+            if late and now - self.rollback_at > self.timeout_s:  # (a rollback, or its
+                return self._rollback(now, f"tasks {sorted(late)} did not pause within "
+                                           f"{self.timeout_s:g} s")  # report, was lost)
             return self._maybe_resume(now)  # (a delayed resume)
         if self.final:  # (the stream's last round has committed)
             return []
@@ -291,14 +313,29 @@ class CoordinatorCore:
         """``task``'s actor was restarted by Ray: roll every task back. Returns the new
         generation, the checkpoint the task restores (it pauses after restoring), whether
         that checkpoint is the stream's final one, the tasks finished in it (see
-        :class:`Action`), and the actions."""
+        :class:`Action`), and the actions.
+
+        Raises:
+            TopologyFailedError: the topology has failed (:attr:`failure`): the task
+                restores nothing (a restore of no checkpoint would empty its store)."""
+        if self.failure is not None:
+            raise TopologyFailedError(self.failure)
         actions = self._rollback(now, f"task {task} restarted")
         return self.gen, self.last_committed, self.final, actions[0].args[3], actions
 
     def paused(self, task: int, gen: int, now: float) -> list[Action]:
         """``task`` has rolled back for generation ``gen`` and waits; once all have, they
-        resume."""
-        if gen != self.gen:
+        resume. A task paused in an older generation missed a rollback (Ray fails a call
+        to an actor that is restarting): the current one is sent to it again; if the
+        others have resumed already, they hold state it does not, so all roll back."""
+        if self.failure is not None or gen > self.gen:
+            return []
+        if gen < self.gen:
+            if self.waiting is None:
+                return self._rollback(now, f"task {task} missed the rollback to "
+                                           f"generation {self.gen} (paused in {gen})")
+            if task in self.waiting and self._rollback_action is not None:
+                return [self._rollback_action._replace(tasks=(task,))]
             return []
         if self.waiting is None:  # resumed already: its resume was lost, send it again
             return [Action("resume", (task,), (gen,))]
@@ -343,11 +380,29 @@ class CoordinatorCore:
         cid = self.last_committed
         finished = (tuple(sorted(self.tasks)) if self.final
                     else self.finished_at.get(cid, ()))
-        return [Action("rollback", self._all_live(), (self.gen, cid, self.final, finished))]
+        self.rollback_at = now
+        self._rollback_action = Action("rollback", self._all_live(),
+                                       (self.gen, cid, self.final, finished))
+        return [self._rollback_action]
+
+    def lost(self, task: int, checkpoint_id: int | None, where: str, now: float
+             ) -> list[Action]:
+        """``task``'s state for ``checkpoint_id`` is not in its store at all (``where``:
+        the store's path or key): no retry mends that, and no earlier checkpoint is in a
+        store that is gone; the topology fails (:attr:`failure`), naming both."""
+        if self.failure is None:
+            self.failure = (f"task {task}: the state of checkpoint {checkpoint_id} is "
+                            f"missing at {where}; keep checkpoints where every node reads "
+                            f"them (topology.state.provider \"redis\")")
+            self.round = None
+            logger.error("the topology fails: %s", self.failure)
+        return []
 
     def corrupt(self, task: int, checkpoint_id: int, now: float) -> list[Action]:
         """``task`` found checkpoint ``checkpoint_id`` corrupt: it is given up (with every
         later one) and the topology rolls back to the one before."""
+        if self.failure is not None:
+            return []
         logger.warning("task %d: checkpoint %d is corrupt; rolling back to the one before",
                        task, checkpoint_id)
         self.committed = [c for c in self.committed if c < checkpoint_id]
@@ -366,6 +421,15 @@ class CoordinatorCore:
                 "failure": self.failure,
                 "last_duration_ms": (None if self.last_duration_s is None
                                      else round(self.last_duration_s * 1000, 3))}
+
+
+#: the coordinator opens its log again this often (s) while it cannot (Redis away); a
+#: restarted task's ask and ``state()`` wait for it this long (s)
+LOG_OPEN_RETRY_S = 1.0
+LOG_WAIT_S = 5.0
+#: the GCS flag set once the log has recorded a round (see ``CoordinatorCore``'s
+#: ``log_expected``)
+LOG_FLAG = "checkpoint-log"
 
 
 def checkpoint_coordinator_name(prefix: str) -> str:
@@ -393,29 +457,58 @@ def _ray_actor():
         def __init__(self, prefix: str, topology_name: str, conf: dict, tasks: dict,
                      spout_tasks, ackers=()) -> None:
             from actors._routing import TASK, actor_name
-            from actors._store import first_start
-            from actors.state.providers import make_provider
+            from actors._store import first_start, was_started
 
             logging.basicConfig(level=logging.INFO)
             self._prefix = prefix
             self._hosts = {int(t): int(h) for t, h in tasks.items()}
             self._handles: dict = {}
             self._actor_name = lambda t: actor_name(prefix, TASK, t)
-            self.provider = make_provider(conf, topology_name, prefix)
-            restarted = not first_start(prefix, "checkpoints")
             self._lock = threading.Lock()
-            now = time.monotonic()
-            self.core = CoordinatorCore(
-                self.provider.checkpoint_log(),
-                [t for t in self._hosts if t not in set(ackers)], spout_tasks,
-                conf["topology.state.checkpoint.interval.ms"] / 1000.0,
-                float(conf["topology.state.checkpoint.timeout.secs"]),
-                conf["topology.state.checkpoint.min.pause.ms"] / 1000.0, now, restarted,
-                [t for t in self._hosts if t in set(ackers)])
             self._stopped = False
             self._started = False
+            self._start_wanted = False
+            self.core: CoordinatorCore | None = None
+            self.provider = None
+            self._opened = threading.Event()
+            restarted = not first_start(prefix, "checkpoints")
+            #: the log has recorded a round (a flag in the GCS, which outlives the node)
+            self._log_marked = was_started(prefix, LOG_FLAG)
+            # the log opens after construction, retried (a restarted coordinator whose
+            # Redis is away must not fail its constructor: Ray would not restart it)
+            threading.Thread(target=self._open, daemon=True, name="checkpoint-log",
+                             args=(topology_name, conf, ackers, spout_tasks, restarted)
+                             ).start()
+
+        def _open(self, topology_name, conf, ackers, spout_tasks, restarted) -> None:
+            """Open the provider and the log (again every second until they open), make
+            the core; a restarted coordinator then recovers."""
+            from actors.state.providers import make_provider
+
+            while not self._stopped:
+                try:
+                    self.provider = make_provider(conf, topology_name, self._prefix)
+                    log_ = self.provider.checkpoint_log()
+                    core = CoordinatorCore(
+                        log_, [t for t in self._hosts if t not in set(ackers)], spout_tasks,
+                        conf["topology.state.checkpoint.interval.ms"] / 1000.0,
+                        float(conf["topology.state.checkpoint.timeout.secs"]),
+                        conf["topology.state.checkpoint.min.pause.ms"] / 1000.0,
+                        time.monotonic(), restarted,
+                        [t for t in self._hosts if t in set(ackers)], self._log_marked)
+                    break
+                except Exception as e:  # (its Redis is away): tried again
+                    logger.warning("the checkpoint log did not open (%s); trying again", e)
+                    time.sleep(LOG_OPEN_RETRY_S)
+            else:
+                return
+            with self._lock:
+                self.core = core
+            self._opened.set()
             if restarted:  # Ray restarted this actor: nobody calls start() again
                 self._recover()
+            elif self._start_wanted:
+                self.start()
 
         def _recover(self, timeout: float = 10.0) -> None:
             """A restarted coordinator learns which tasks have ended (they take part no
@@ -452,7 +545,10 @@ def _ray_actor():
                         logger.warning("checkpoint %s to task %d not sent: %s", a.kind, t, e)
 
         def start(self) -> None:
-            """Start the round timer (once every executor runs)."""
+            """Start the round timer (once every executor runs; once the log is open)."""
+            if self.core is None:
+                self._start_wanted = True
+                return
             if self._started:
                 return
             self._started = True
@@ -465,27 +561,60 @@ def _ray_actor():
                 try:
                     with self._lock:
                         self._send(self.core.tick(time.monotonic()))
+                        if not self._log_marked and self.core.last_id > 0:
+                            from actors._store import first_start
+                            first_start(self._prefix, LOG_FLAG)
+                            self._log_marked = True
                 except Exception:  # a bug: seen, and the rounds go on (a dead timer
                     logger.exception("checkpoint timer")  # would end them for good)
                 time.sleep(min(0.05, self.core.interval_s / 4))
 
+        def _event(self, method: str, *args) -> None:
+            """One task event into the core, its actions sent; dropped while the log is
+            not open (the tasks report again: a paused task every second, a round
+            times out)."""
+            with self._lock:
+                if self.core is not None:
+                    self._send(getattr(self.core, method)(*args, time.monotonic()))
+
         def prepared(self, task: int, checkpoint_id: int, gen: int,
                      finished: bool = False) -> None:
             with self._lock:
-                self._send(self.core.prepared(task, checkpoint_id, gen, time.monotonic(),
-                                              finished))
+                if self.core is not None:
+                    self._send(self.core.prepared(task, checkpoint_id, gen,
+                                                  time.monotonic(), finished))
 
         def paused(self, task: int, gen: int) -> None:
-            with self._lock:
-                self._send(self.core.paused(task, gen, time.monotonic()))
+            self._event("paused", task, gen)
 
         def failed(self, task: int, reason: str) -> None:
-            with self._lock:
-                self._send(self.core.failed(task, reason, time.monotonic()))
+            self._event("failed", task, reason)
+
+        def lost(self, task: int, checkpoint_id: int | None, where: str) -> None:
+            self._event("lost", task, checkpoint_id, where)
+
+        def corrupt(self, task: int, checkpoint_id: int) -> None:
+            self._event("corrupt", task, checkpoint_id)
+
+        def data_ended(self, task: int, gen: int) -> None:
+            self._event("data_ended_at", task, gen)
+
+        def finish_failed(self, task: int, gen: int, reason: str) -> None:
+            self._event("finish_failed", task, gen, reason)
+
+        def ended(self, task: int) -> None:
+            self._event("ended", task)
 
         def restarted(self, task: int) -> tuple:
             """A restarted executor asks what to restore: ``(gen, checkpoint id, final,
-            finished tasks)``."""
+            finished tasks)``.
+
+            Raises:
+                TopologyFailedError: the topology has failed (nothing is restored).
+                TimeoutError: the log has not opened within :data:`LOG_WAIT_S` (the
+                    task asks again)."""
+            if not self._opened.wait(LOG_WAIT_S):
+                raise TimeoutError("the checkpoint log is not open yet")
             with self._lock:
                 gen, cid, final, finished, actions = self.core.restarted(
                     task, time.monotonic())
@@ -494,34 +623,25 @@ def _ray_actor():
                             for a in actions])
                 return gen, cid, final, finished
 
-        def corrupt(self, task: int, checkpoint_id: int) -> None:
-            with self._lock:
-                self._send(self.core.corrupt(task, checkpoint_id, time.monotonic()))
-
-        def data_ended(self, task: int, gen: int) -> None:
-            with self._lock:
-                self._send(self.core.data_ended_at(task, gen, time.monotonic()))
-
-        def finish_failed(self, task: int, gen: int, reason: str) -> None:
-            with self._lock:
-                self._send(self.core.finish_failed(task, gen, reason, time.monotonic()))
-
-        def ended(self, task: int) -> None:
-            with self._lock:
-                self._send(self.core.ended(task, time.monotonic()))
-
         def request(self) -> None:
             with self._lock:
-                self.core.request(time.monotonic())
+                if self.core is not None:
+                    self.core.request(time.monotonic())
 
         def state(self) -> dict:
+            """The core's figures (see :meth:`CoordinatorCore.state`); while the log is
+            not open (waited for up to :data:`LOG_WAIT_S`), ``{"opening": True,
+            "failure": None}``."""
+            self._opened.wait(LOG_WAIT_S)
             with self._lock:
+                if self.core is None:
+                    return {"opening": True, "failure": None}
                 return self.core.state()
 
         def stop(self, delete: bool = False) -> None:
             """Stop the timer; with ``delete``, remove the submit's checkpoints."""
             self._stopped = True
-            if delete:
+            if delete and self.provider is not None:
                 self.provider.delete()
 
     return CheckpointCoordinator

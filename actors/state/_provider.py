@@ -33,6 +33,21 @@ class CorruptCheckpoint(Exception):
         self.checkpoint_id = checkpoint_id
 
 
+class MissingState(Exception):
+    """The state a committed checkpoint needs is not in a task's store at all: its store
+    was created anew (a task restarted on another node with state kept on the node's own
+    disk, a deleted directory). Not a store failure that a retry mends: the topology fails,
+    naming the task's store (``where``: a path or key) and the checkpoint; it never
+    restores an empty state in its place (Flink fails a restore whose state handle is
+    missing)."""
+
+    def __init__(self, where: str, checkpoint_id: int, why: str) -> None:
+        super().__init__(f"the state of checkpoint {checkpoint_id} is missing at {where}: "
+                         f"{why}")
+        self.where = where
+        self.checkpoint_id = checkpoint_id
+
+
 class TaskStore(ABC):
     """One task's checkpoints. Keys and values are bytes (the codec's); each entry carries
     its key group, so a later restore at another parallelism can take whole groups."""
@@ -76,6 +91,10 @@ class CheckpointLog(ABC):
     def record(self, phase: str, checkpoint_id: int) -> None:
         """Durably set the phase (``COMMITTED`` and ``FINAL`` append ``checkpoint_id`` to
         the committed ids, keeping the last two)."""
+
+    def where(self) -> str:
+        """Where the log is kept (a path, a key), for messages."""
+        return type(self).__name__
 
 
 class StateProvider(ABC):

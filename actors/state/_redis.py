@@ -412,6 +412,9 @@ class _RedisLog(CheckpointLog):
                 pipe.zremrangebyrank(self.committed_key, 0, -_KEEP_COMMITTED - 1)
         self._client.transaction(build, f"record of {phase} {checkpoint_id}")
 
+    def where(self) -> str:
+        return f"Redis key {self.round_key}"
+
 
 class RedisProvider(StateProvider):
     """Checkpoints in one Redis server (``topology.state.provider: "redis"``; Storm's

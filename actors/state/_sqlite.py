@@ -49,6 +49,7 @@ from actors.state._provider import (
     PREPARING,
     CheckpointLog,
     CorruptCheckpoint,
+    MissingState,
     StateProvider,
     TaskStore,
 )
@@ -292,6 +293,9 @@ class _LocalTaskStore(TaskStore):
 
     def __init__(self, path: str, on_close=None) -> None:
         self.path = path
+        #: the database did not exist before this store opened it: a restore of a
+        #: committed checkpoint before this store wrote one is refused (MissingState)
+        self._created = not os.path.exists(path)
         self._con = _open(path, _TASK_SCHEMA)
         self._lock = threading.Lock()
         self._on_close = on_close
@@ -320,6 +324,14 @@ class _LocalTaskStore(TaskStore):
                         for table in ("base", "delta", "versions", "meta"):
                             con.execute(f"DELETE FROM {table}")
                         return {}
+                    if self._created and _base_id(con) is None and con.execute(
+                            "SELECT 1 FROM versions LIMIT 1").fetchone() is None:
+                        raise MissingState(self.path, checkpoint_id,
+                                           "the task's database did not exist when it "
+                                           "started (on a lost node, or deleted); keep "
+                                           "state where every node reads it: the redis "
+                                           "provider")
+                    self._created = False
                     con.execute("DELETE FROM delta WHERE version > ?", (checkpoint_id,))
                     con.execute("DELETE FROM versions WHERE version > ?", (checkpoint_id,))
                     base = _check_version(con, self.path, checkpoint_id)
@@ -381,6 +393,9 @@ class _LocalLog(CheckpointLog):
                             (checkpoint_id,))
                 con.execute("DELETE FROM committed WHERE ckpt NOT IN (SELECT ckpt FROM "
                             "committed ORDER BY ckpt DESC LIMIT ?)", (_KEEP_COMMITTED,))
+
+    def where(self) -> str:
+        return self.path
 
     def close(self) -> None:
         with self._lock:

@@ -47,7 +47,8 @@ from actors.state._internals import (
     USER_GROUPS,
     CheckpointedInternals,
 )
-from actors.state._provider import CorruptCheckpoint, TaskStore
+from actors.state._machine import CORRUPT, LOST, RESTORE_FAILED, RESTORED, TaskMachine
+from actors.state._provider import CorruptCheckpoint, MissingState, TaskStore
 from topology import StormTopology, WindowedBolt
 from topology._keygroups import key_group_count, key_group_range, state_key_group
 from topology._state import KeyValueState, StatefulBolt, StatefulSpout, _Stateful
@@ -60,10 +61,6 @@ if TYPE_CHECKING:  # (actors/_executor.py imports this module: no cycle at run t
 
 logger = logging.getLogger("storm_on_ray.checkpoint")
 
-#: a task paused by a checkpoint rollback reports again this often (seconds) until it is
-#: resumed: Ray fails a call to an actor that is still restarting (at-most-once actor
-#: tasks), so the coordinator's resume to a task that paused while it restarted can be lost
-PAUSED_REPORT_S = 1.0
 #: rounds whose durations the stats keep (p50/p99 over them)
 RECENT_ROUNDS = 100
 #: the coordinator's messages to a task
@@ -122,21 +119,22 @@ def keyed_state(topology: StormTopology, component: str, task: int, conf: dict
     return (lambda key: state_key_group(key, arity, groups)), owned
 
 
-def enable_checkpoints(core: ExecutorCore, store: TaskStore | None, gen: int = 0,
-                       checkpoint_id: int | None = None, paused: bool = False,
+def enable_checkpoints(core: ExecutorCore, store: TaskStore | None, gen: int | None = 0,
+                       checkpoint_id: int | None = None, rejoining: bool = False,
                        key_group: Callable[[Any], int] | None = None,
                        groups: range | None = None, final: bool = False,
-                       finished: bool = False) -> TaskCheckpoint:
+                       finished: tuple = ()) -> TaskCheckpoint:
     """Make ``core`` take part in checkpoints (before it starts; a chain host before its
     chained tasks, which share its inbox): ``store`` is its ``TaskStore`` (None without
-    state). At start the state of ``checkpoint_id`` is restored; ``paused`` (a restarted
-    task) waits for the coordinator's resume of generation ``gen`` first; ``final``: that
+    state). At start the state of ``checkpoint_id`` is restored; a restarted task
+    (``rejoining``) restores on its executor thread and waits for the coordinator's resume
+    of generation ``gen`` (None: it asks the coordinator first); ``final``: that
     checkpoint is the stream's final one, so the task only ends its stream; ``finished``:
-    the task's ``finish()`` had run by that checkpoint (the coordinator's record)."""
+    the tasks whose ``finish()`` had run by that checkpoint (the coordinator's record)."""
     host = core.chain_host
     core.checkpoint = TaskCheckpoint(core, store, key_group, groups,
                                      host.checkpoint.inbox if host is not None else None,
-                                     (gen, checkpoint_id, paused, final, finished))
+                                     (gen, checkpoint_id, rejoining, final, finished))
     return core.checkpoint
 
 
@@ -158,27 +156,41 @@ def drop_queued(queue: JCQueue, inbound: Inbound) -> list:
     return markers
 
 
-def poll_chain(host: ExecutorCore, cores: tuple) -> None:
-    """Apply the coordinator's messages queued for ``cores`` (a host and the tasks chained
-    into it, sharing its inbox) on the host's executor thread; while any of them is paused
-    by a rollback, wait here for the resume (or a stop), reporting again every
-    :data:`PAUSED_REPORT_S`."""
-    inbox = host.checkpoint.inbox
-    again = time.monotonic() + PAUSED_REPORT_S
-    while True:
-        while inbox:
-            cp, kind, args = inbox.popleft()
-            if cp.core.state == "running":
-                cp.apply(kind, args)
-        paused = [c.checkpoint for c in cores if c.state == "running" and c.checkpoint.paused]
-        if host._stop or not paused:
-            return
-        host.wakeup.wait(0.05)
-        host.wakeup.clear()
-        if time.monotonic() >= again:  # the resume may have been lost: ask again
-            again = time.monotonic() + PAUSED_REPORT_S
-            for cp in paused:
-                cp.report("paused", cp.core.task_id, cp.gen)
+#: what :func:`poll_chain` tells the executor loop: go on; end the stream (the final
+#: checkpoint committed, or was restored); a spout's position was restored (rewound)
+GO, END, REWOUND = 0, 1, 2
+
+
+def poll_chain(host: ExecutorCore, cores: tuple) -> int:
+    """The executor loops' one call into checkpointing (the host's executor thread):
+    apply what is queued for ``cores`` (a host and the tasks chained into it, sharing its
+    inbox: coordinator messages, a restarted task's start); while any of them is paused
+    (a rollback, a restore, an ask) wait here for the resume or a stop, the machines'
+    clock running (their reports again every ``PAUSED_REPORT_S``). Returns
+    :data:`GO`, :data:`END` or :data:`REWOUND` (the host's spout)."""
+    cp = host.checkpoint
+    inbox = cp.inbox
+    if inbox or cp.machine.paused or (len(cores) > 1 and any(
+            c.checkpoint.machine.paused for c in cores)):
+        while True:
+            while inbox:
+                tcp, kind, args = inbox.popleft()
+                if tcp.core.state == "running":
+                    tcp.apply(kind, args)
+            paused = [c.checkpoint for c in cores
+                      if c.state == "running" and c.checkpoint.machine.paused]
+            if host._stop or not paused:
+                break
+            host.wakeup.wait(0.05)
+            host.wakeup.clear()
+            for tcp in paused:
+                tcp.on_clock()
+    if cp.machine.final and host.final_committed():
+        return END
+    if cp.rewound:
+        cp.rewound = False
+        return REWOUND
+    return GO
 
 
 def clear_ledger(ledger) -> None:
@@ -193,7 +205,8 @@ def clear_ledger(ledger) -> None:
 
 
 class TaskCheckpoint:
-    """A task's checkpointing (executor thread, except :meth:`request`).
+    """A task's checkpointing: the performer of its :class:`TaskMachine`'s steps
+    (executor thread, except :meth:`request`, the control thread's).
 
     Args:
         core: the task's executor.
@@ -201,35 +214,31 @@ class TaskCheckpoint:
         key_group: the state key → key group function of a keyed (fields-grouped) bolt.
         groups: the key groups the task owns (None: per-task state).
         inbox: the coordinator messages' queue (a chained task shares its host's).
-        start: ``(gen, checkpoint_id, paused, final, finished)`` for :meth:`open`.
+        start: ``(gen, checkpoint_id, rejoining, final, finished tasks)``: see
+            :meth:`open` and :func:`enable_checkpoints`.
     """
 
     def __init__(self, core: ExecutorCore, store: TaskStore | None,
                  key_group: Callable[[Any], int] | None = None,
                  groups: range | None = None, inbox: deque | None = None,
-                 start: tuple = (0, None, False, False, False)) -> None:
+                 start: tuple = (0, None, False, False, ())) -> None:
         self.core = core
         self._start = start
         self.store = store
         self.obj = core.obj
         self.stateful = is_stateful(core.obj)
         self.is_spout = core.is_spout
+        self.machine = TaskMachine(core.task_id, core.is_spout, self.stateful)
         self.state = (KeyValueState(component=core.component_id, task=core.task_id,
                                     key_group=key_group, groups=groups)
                       if self.stateful else None)
         self._encode_key = value_encoder()
-        self.gen = 0
         #: coordinator messages received, by kind
         self.received: dict[str, int] = {}
         #: what the coordinator sent, for the executor thread: (task's checkpoint, kind,
         #: args); one inbox per executor thread (a chain's tasks share their host's)
         self.inbox: deque = deque() if inbox is None else inbox
-        #: rolled back, waiting for the resume of generation ``gen``
-        self.paused = False
-        self.last_committed: int | None = None
-        # bolts: the round being aligned, the inputs whose barrier came, parked elements
-        self.aligning: int | None = None
-        self.seen: set[int] = set()
+        #: parked elements (bolts: of the inputs whose barrier came while aligning)
         self.parked: list = []
         # spouts: msg ids emitted since the last barrier, and per earlier barrier
         self.msgs: list = []
@@ -237,19 +246,17 @@ class TaskCheckpoint:
         if self.is_spout:
             core.collector.msg_log = self.msgs
         #: hooks set by the actor: report(method, *args) to the coordinator;
-        #: grant(src_task, epoch, ack) credit to a sender; reset_sinks(gen)
+        #: grant(src_task, epoch, ack) credit to a sender; reset_sinks(gen); ask() the
+        #: coordinator what a restarted task restores: (gen, checkpoint id, final,
+        #: finished tasks), raising if it cannot be asked now
         self.report: Callable[..., None] = lambda *a: None
         self.grant: Callable[[int, int, int], None] = lambda *a: None
         self.reset_sinks: Callable[[int], None] = lambda gen: None
-        self._failure_reported = -1
-        #: this task's input has ended in this generation (reported to the coordinator)
-        self.input_ended = False
-        #: its finish() ran: in this generation, or before the checkpoint restored
-        #: (stateful tasks record it in their snapshots: FINISHED_KEY)
-        self.finish_ran = False
+        self.ask: Callable[[], tuple] = _no_coordinator
         self._finish_stored = False
-        #: the stream's final checkpoint has committed here, or was restored: end
-        self.final = False
+        #: the snapshot taken at a barrier, written by the next ``write`` step
+        self._snapshot: tuple | None = None
+        self._initialized = False
         # spouts: the collector's emitted count at each barrier since the last committed
         # one, at the start of this generation, and where a drain takes effect (a rewind
         # during a drain emits up to there again, then drains again)
@@ -275,34 +282,102 @@ class TaskCheckpoint:
         self.alignments_ms: deque = deque(maxlen=RECENT_ROUNDS)
         #: stored bytes of the runtime-internal entries (persistent windows), by key
         self._internal_bytes: dict[bytes, int] = {}
+        self._perform = {
+            "ask": self._do_ask, "rollback": self._do_rollback, "restore": self._do_restore,
+            "snapshot": self._do_snapshot, "forward": self._do_forward,
+            "write": self._do_write, "hold": self._do_hold, "release": self._do_release,
+            "commit": self._do_commit, "input_ended": self._do_input_ended,
+            "report": self._do_report, "bad_frame": lambda: self.core.count_bad_frame()}
+
+    # -- the machine's state, as the executor and the stats read it ----------------------------
+    gen = property(lambda self: self.machine.gen)
+    paused = property(lambda self: self.machine.paused)
+    final = property(lambda self: self.machine.final)
+    input_ended = property(lambda self: self.machine.input_ended)
+    finish_ran = property(lambda self: self.machine.finish_ran)
+    last_committed = property(lambda self: self.machine.last_committed)
+    aligning = property(lambda self: self.machine.aligning)
+
+    def perform(self, steps: list) -> None:
+        """Perform the machine's steps in order (executor thread)."""
+        for kind, args in steps:
+            self._perform[kind](*args)
 
     # -- start ------------------------------------------------------------------------------
     def open(self) -> None:
-        """After ``open``/``prepare``: restore the start's checkpoint (None: empty) and
-        call ``init_state``. A restarted task (``paused``) waits for the resume of the
-        start's generation before its first tuple."""
-        gen, checkpoint_id, paused, final, finished = self._start
-        self.gen = gen
-        self.final = final
-        self.finish_ran = finished  # (a stateful task's own record replaces it below)
-        if checkpoint_id is not None:  # (a rewind to it during a drain counts from here)
-            self.emitted_at = {checkpoint_id: self.core.collector.emitted}
-        if paused:  # every sender starts anew after the rollback: its first frame is seq 0
-            self.core.inbound.begin_rollback(gen)
-        if self.stateful:
-            self._restore(checkpoint_id)
-            self.obj.init_state(self.state)
-        self.last_committed = checkpoint_id
-        if paused:  # reported by the executor loop once the actor is up (a call to an
-            self.paused = True  # actor still in its constructor fails: the resume would)
+        """After ``open``/``prepare``. A first start restores the start's checkpoint (None:
+        empty) and calls ``init_state`` now (raising what the restore raised: the submit
+        fails). A restarted task (``rejoining``) restores on its executor thread, after
+        the actor's constructor (Ray does not restart an actor whose constructor raised:
+        ray-project/ray#46746), through the same report-and-retry path as a rollback, and
+        waits for the coordinator's resume before its first tuple; without the
+        coordinator's answer (``gen`` None) it asks first."""
+        gen, checkpoint_id, rejoining, final, finished = self._start
+        now = time.monotonic()
+        if not rejoining:
+            if checkpoint_id is not None:  # (a rewind to it during a drain counts from here)
+                self.emitted_at = {checkpoint_id: self.core.collector.emitted}
+            self._committed_before = checkpoint_id
+            self.machine.on_start(now, first=(gen, checkpoint_id, final,
+                                              self.core.task_id in finished))
+            if self.stateful:  # (the machine's one step: this restore)
+                self._restore(checkpoint_id, raising=True)
+            self.perform(self.machine.on_restored(
+                RESTORED, checkpoint_id, "", now,
+                self._finish_stored if self.stateful else None))
+            return
+        answer = None if gen is None else (gen, checkpoint_id, final, finished)
+        self.inbox.append((self, "start", answer))
+        self.core.wakeup.set()
 
-    def _restore(self, checkpoint_id: int | None) -> None:
+    def _do_ask(self) -> None:
+        try:
+            answer = self.ask()
+        except Exception as e:  # the coordinator restarts: asked again on the clock
+            logger.warning("%s:%d: the checkpoint coordinator was not reached (%s); asking "
+                           "again", self.core.component_id, self.core.task_id, e)
+            self.perform(self.machine.on_ask_failed(time.monotonic()))
+            return
+        self.perform(self.machine.on_restart_answer(*answer, time.monotonic()))
+
+    def _do_restore(self, checkpoint_id: int | None) -> None:
+        now = time.monotonic()
+        if not self.stateful:
+            self.perform(self.machine.on_restored(RESTORED, checkpoint_id, "", now))
+            return
+        try:
+            self._restore(checkpoint_id, raising=False)
+        except MissingState as e:
+            logger.error("%s:%d: %s", self.core.component_id, self.core.task_id, e)
+            self.perform(self.machine.on_restored(LOST, checkpoint_id, e.where, now))
+            return
+        except CorruptCheckpoint as e:
+            logger.warning("%s:%d: %s", self.core.component_id, self.core.task_id, e)
+            self.perform(self.machine.on_restored(CORRUPT, e.checkpoint_id, str(e), now))
+            return
+        except Exception as e:  # the store failed: stay paused, roll back again
+            self.core.errors.report(e, f"restore of checkpoint {checkpoint_id}")
+            self.perform(self.machine.on_restored(RESTORE_FAILED, checkpoint_id, str(e), now))
+            return
+        if self.is_spout and self._initialized:  # rewind: the spout reads its position
+            self._user("init_state", self.state)
+            self.rewound = True
+        elif not self._initialized:
+            self._initialized = True
+            self._user("init_state", self.state)
+        self.perform(self.machine.on_restored(RESTORED, checkpoint_id, "", now,
+                                              self._finish_stored))
+
+    def _restore(self, checkpoint_id: int | None, raising: bool) -> None:
+        """Read checkpoint ``checkpoint_id`` (None: empty) into the state, the
+        runtime-internal state and the finished record; a first start also calls
+        ``init_state`` (``raising``: its exception propagates)."""
         groups = self.state._groups
         entries = self.store.restore(checkpoint_id, USER_GROUPS if groups is None else groups)
         self.state.replace({decode_key(k): v for k, v in entries.items()})
         self.restores += checkpoint_id is not None
         entries = self.store.restore(checkpoint_id, INTERNAL_GROUPS)
-        self.finish_ran = self._finish_stored = entries.pop(FINISHED_KEY, None) is not None
+        self._finish_stored = entries.pop(FINISHED_KEY, None) is not None
         if isinstance(self.obj, CheckpointedInternals):
             self._internal_bytes = {k: len(v) for k, v in entries.items()}
             try:
@@ -311,8 +386,9 @@ class TaskCheckpoint:
             except ValueError as e:
                 raise CorruptCheckpoint(f"task {self.core.task_id}", checkpoint_id or 0,
                                         str(e)) from None
-            if self.finish_ran:
-                self.obj.input_ended()
+        if raising:
+            self._initialized = True
+            self.obj.init_state(self.state)
 
     # -- control thread ----------------------------------------------------------------------
     def request(self, kind: str, args: tuple) -> None:
@@ -320,13 +396,13 @@ class TaskCheckpoint:
         receiving side (frames of older epochs are dropped from now on)."""
         if kind not in _KINDS:
             raise ValueError(f"unknown checkpoint message {kind!r}")
-        if kind == "rollback" and args[0] > self.gen:
+        if kind == "rollback" and args[0] > self.machine.gen:
             if self.core.state in ("ending", "done"):
                 # a task ends its stream only once the final checkpoint committed, so the
                 # rollback's target is that one (a task restarted after it): it holds all
                 # this task did, which only flushes its end of stream, and pauses at once
                 # (a done one is not waited for)
-                self.gen = args[0]
+                self.machine.gen = args[0]
                 if self.core.state == "ending":
                     self.core.rollback_while_ending = args[0]
                     self.core.wakeup.set()
@@ -338,44 +414,50 @@ class TaskCheckpoint:
         self.core.wakeup.set()
 
     # -- executor thread ---------------------------------------------------------------------
-    def apply(self, kind: str, args: tuple) -> None:
-        """Apply one coordinator message (executor thread)."""
-        getattr(self, "_on_" + kind)(*args)
+    def apply(self, kind: str, args: tuple | None) -> None:
+        """Apply one inbox entry: a coordinator message, or a restarted task's start
+        (executor thread)."""
+        now = time.monotonic()
+        if kind == "start":
+            self.perform(self.machine.on_start(now, answer=args))
+        else:
+            self.perform(self.machine.on_message(kind, args, now))
+
+    def on_clock(self) -> None:
+        """While paused: the machine's reports again (executor thread)."""
+        self.perform(self.machine.on_clock(time.monotonic()))
+
+    def timeouts_held(self) -> bool:
+        """A spout's tuple timeouts wait while a barrier after its tuples waits for its
+        commit (the commit acks them)."""
+        return bool(self.rounds)
 
     def end_of_input(self) -> None:
         """This task's input has ended (a spout past its last tuple; a bolt whose inputs
         all sent end of data, after its ``finish()`` and the DRAINED it sent on): its
         snapshots from now on record it as finished, and the coordinator is told (once per
         generation). Executor thread."""
-        if self.input_ended:
-            return
-        self.input_ended = True
-        if not self.is_spout and not self.finish_ran:
-            self.finish_ran = True
-            if isinstance(self.obj, CheckpointedInternals):
-                self.obj.input_ended()
-        self.report("data_ended", self.core.task_id, self.gen)
+        self.perform(self.machine.on_end_of_input())
 
     def final_committed(self) -> bool:
         """True once the stream's final checkpoint (taken after every task finished its
         input) has committed or been restored here: the task ends its stream."""
-        return self.final
+        return self.machine.final
 
-    def _on_trigger(self, gen: int, checkpoint_id: int) -> None:
-        if gen != self.gen or self.paused or not self.is_spout:
-            return
-        self.emitted_at[checkpoint_id] = self.core.collector.emitted
-        self._started[checkpoint_id] = time.monotonic()
-        self.alignments_ms.append(0.0)
-        self.snapshot(checkpoint_id)
-        self.rounds.append((checkpoint_id, self.msgs))
-        self.msgs = self.core.collector.msg_log = []
-        self.core.send_barrier(checkpoint_id)
+    def failed(self, reason: str) -> None:
+        """A failure seen here (a failed or timed-out tree, a lost frame, a failed write):
+        one report per generation."""
+        self.perform(self.machine.failed(reason))
 
-    def _on_commit(self, checkpoint_id: int, final: bool = False) -> None:
-        if self.last_committed is not None and checkpoint_id <= self.last_committed:
-            return
-        prev, self.last_committed = self.last_committed, checkpoint_id
+    def _do_report(self, method: str, args: tuple) -> None:
+        self.report(method, *args)
+
+    def _do_input_ended(self) -> None:
+        if isinstance(self.obj, CheckpointedInternals):
+            self.obj.input_ended()
+
+    def _do_commit(self, checkpoint_id: int, final: bool) -> None:
+        prev, self._committed_before = self._committed_before, checkpoint_id
         for cid in [c for c in self.emitted_at if c < checkpoint_id]:
             del self.emitted_at[cid]
         t0 = self._started.pop(checkpoint_id, None)
@@ -400,9 +482,9 @@ class TaskCheckpoint:
                     self.core.errors.report(e, f"collection after checkpoint {checkpoint_id}")
         if self.is_spout:
             self._ack_rounds(checkpoint_id)
-        # (a final commit this task could not publish does not end it: the rollback to
-        # the final checkpoint that its failure brings publishes it again, then it ends)
-        self.final = final and published
+        self.perform(self.machine.on_committed(final, published))
+
+    _committed_before: int | None = None
 
     def _ack_rounds(self, upto: int) -> None:
         """The spout's ``ack`` for every tuple emitted before barrier ``upto``."""
@@ -412,15 +494,17 @@ class TaskCheckpoint:
         if acks:
             self.core.user_acks(acks)
 
-    def _on_rollback(self, gen: int, checkpoint_id: int | None, final: bool = False,
-                     finished: tuple = ()) -> None:
-        if gen <= self.gen:
-            return
+    def _do_rollback(self, gen: int, checkpoint_id: int | None, finished: tuple) -> None:
+        """Drop everything of the earlier generation: queued and parked elements (an
+        upstream's end of stream is kept), pending emits, tuple trees; a spout acks what
+        the checkpoint covers, rewinds its drain and fails (a replaying spout) what came
+        after; ``pre_rollback``."""
         core = self.core
-        self.gen = gen
         self.rollbacks += 1
+        core.inbound.begin_rollback(gen)  # (done at the request; a restart's answer here)
         ended = [el for el in self.parked if el[1] in _MARKERS]  # (a stream that ended
-        self.aligning, self.seen, self.parked = None, set(), []  # stays ended)
+        self.parked = []  # stays ended)
+        self._snapshot = None
         self._started.clear()
         core.blocked = frozenset()
         core.clear_io()
@@ -428,17 +512,10 @@ class TaskCheckpoint:
             core._control(el[0], el[1], el[2])
         # every end of input is regenerated: the rewound upstreams send DRAINED again
         core.reset_end_of_input()
-        self.input_ended = False
-        # whether finish() had run by checkpoint_id: the coordinator's record (a task
-        # without state); a stateful task's own snapshot, restored below, replaces it
-        self.finish_ran = self.core.task_id in finished
         self._finish_stored = False
-        self.final = final
         clear_ledger(core.ledger)
         self.reset_sinks(gen)
-        if checkpoint_id is not None and (self.last_committed is None
-                                          or checkpoint_id > self.last_committed):
-            self.last_committed = checkpoint_id  # (its commit message may be behind)
+        self._committed_before = checkpoint_id
         if self.is_spout:
             if checkpoint_id is not None:
                 self._ack_rounds(checkpoint_id)
@@ -451,24 +528,6 @@ class TaskCheckpoint:
                 core.user_fails(after, "rolled back")
         if self.stateful:
             self._user("pre_rollback")
-            try:
-                self._restore(checkpoint_id)
-            except CorruptCheckpoint as e:
-                logger.warning("%s:%d: %s", core.component_id, core.task_id, e)
-                self.report("corrupt", core.task_id, e.checkpoint_id)
-                self.paused = True
-                return
-            except Exception as e:  # the store failed: stay paused, roll back again
-                core.errors.report(e, f"restore of checkpoint {checkpoint_id}")
-                self.paused = True
-                self.report("failed", core.task_id, f"restore failed: {e}")
-                return
-            if self.is_spout:  # rewind: the spout reads its position again
-                self._user("init_state", self.state)
-                self.rewound = True
-        self.last_committed = checkpoint_id
-        self.paused = True
-        self.report("paused", core.task_id, gen)
 
     def _rewind_drain(self, checkpoint_id: int | None) -> None:
         """A spout rolls back to ``checkpoint_id``: a drain it had begun takes effect
@@ -486,10 +545,6 @@ class TaskCheckpoint:
         self.emitted_at = {checkpoint_id: now} if checkpoint_id is not None else {}
         self._emitted_origin = now
 
-    def _on_resume(self, gen: int) -> None:
-        if gen == self.gen and self.paused:
-            self.paused = False
-
     def _user(self, hook: str, *args) -> bool:
         """Call a user hook; an exception is reported (False)."""
         try:
@@ -499,95 +554,111 @@ class TaskCheckpoint:
             return False
         return True
 
-    def snapshot(self, checkpoint_id: int) -> None:
-        """Write this task's changes for ``checkpoint_id`` and report it prepared."""
+    # -- a round's steps ---------------------------------------------------------------------
+    def _do_snapshot(self, checkpoint_id: int) -> None:
+        """Take the task's changes for ``checkpoint_id`` (in memory; written by
+        ``write``). A spout records its barrier's place; a bolt first runs input gathered
+        but not processed (a ``BatchBolt``'s batch precedes the barrier)."""
         core = self.core
+        now = time.monotonic()
+        if self.is_spout:
+            self.emitted_at[checkpoint_id] = core.collector.emitted
+            self._started[checkpoint_id] = now
+            self.alignments_ms.append(0.0)
+        else:
+            t0 = self._started.get(checkpoint_id)
+            if t0 is not None:
+                self.alignments_ms.append((now - t0) * 1000)
+            core.finish_pending_input()
+        self._snapshot = None
+        if not self.stateful:
+            self._snapshot = (checkpoint_id, None)
+            return
+        if not self._user("pre_prepare", checkpoint_id):  # (Flink declines it)
+            self.failed(f"pre_prepare of checkpoint {checkpoint_id} raised")
+            return
+        state = self.state
+        puts, deletes = state.take_changes()
+        kg, enc = state.key_group_of, self._encode_key
+        try:
+            puts = [(kg(k), enc(k), v) for k, v in puts]
+            deletes = [(kg(k), enc(k)) for k in deletes]
+            if isinstance(self.obj, CheckpointedInternals):
+                more, gone = self.obj.internal_changes(checkpoint_id)
+                pre = INTERNAL_PREFIX
+                more = [(INTERNAL_GROUP, pre + enc(k), v) for k, v in more]
+                gone = [(INTERNAL_GROUP, pre + enc(k)) for k in gone]
+                sizes = self._internal_bytes
+                sizes.update((k, len(v)) for _, k, v in more)
+                for _, k in gone:
+                    sizes.pop(k, None)
+                puts += more
+                deletes += gone
+        except Exception as e:  # (a value that does not encode): the round fails
+            core.errors.report(e, f"snapshot of checkpoint {checkpoint_id}")
+            self.failed(f"snapshot of checkpoint {checkpoint_id} failed: {e}")
+            return
+        finish_ran = self.machine.finish_ran
+        if finish_ran != self._finish_stored:
+            if finish_ran:
+                puts.append((INTERNAL_GROUP, FINISHED_KEY, b"\xc3"))  # (true)
+            else:
+                deletes.append((INTERNAL_GROUP, FINISHED_KEY))
+        self._snapshot = (checkpoint_id, (puts, deletes, finish_ran))
+
+    def _do_forward(self, checkpoint_id: int) -> None:
+        """The barrier to every downstream task, now (a spout's tuples before it form the
+        round that its commit acks)."""
+        if self.is_spout:
+            self.rounds.append((checkpoint_id, self.msgs))
+            self.msgs = self.core.collector.msg_log = []
+        self.core.send_barrier(checkpoint_id)
+
+    def _do_write(self, checkpoint_id: int) -> None:
+        """Write the snapshot durably, then report the task prepared."""
+        snap, self._snapshot = self._snapshot, None
+        if snap is None or snap[0] != checkpoint_id:
+            return  # (the snapshot failed, and said so)
         t0 = time.perf_counter()
-        if self.stateful:
-            if not self._user("pre_prepare", checkpoint_id):  # (Flink declines it)
-                self.failed(f"pre_prepare of checkpoint {checkpoint_id} raised")
-                return
-            state = self.state
-            puts, deletes = state.take_changes()
-            kg, enc = state.key_group_of, self._encode_key
+        if snap[1] is not None:
+            puts, deletes, finish_ran = snap[1]
             try:
-                puts = [(kg(k), enc(k), v) for k, v in puts]
-                deletes = [(kg(k), enc(k)) for k in deletes]
-                if isinstance(self.obj, CheckpointedInternals):
-                    more, gone = self.obj.internal_changes(checkpoint_id)
-                    pre = INTERNAL_PREFIX
-                    more = [(INTERNAL_GROUP, pre + enc(k), v) for k, v in more]
-                    gone = [(INTERNAL_GROUP, pre + enc(k)) for k in gone]
-                    sizes = self._internal_bytes
-                    sizes.update((k, len(v)) for _, k, v in more)
-                    for _, k in gone:
-                        sizes.pop(k, None)
-                    puts += more
-                    deletes += gone
-                if self.finish_ran != self._finish_stored:
-                    if self.finish_ran:
-                        puts.append((INTERNAL_GROUP, FINISHED_KEY, b"\xc3"))  # (true)
-                    else:
-                        deletes.append((INTERNAL_GROUP, FINISHED_KEY))
                 self.store.prepare(checkpoint_id, puts, deletes)
-                self._finish_stored = self.finish_ran
             except Exception as e:  # (a full disk...): the round fails, the task goes on
-                core.errors.report(e, f"snapshot of checkpoint {checkpoint_id}")
+                self.core.errors.report(e, f"snapshot of checkpoint {checkpoint_id}")
                 self.failed(f"snapshot of checkpoint {checkpoint_id} failed: {e}")
                 return
+            self._finish_stored = finish_ran
             self.last_keys_written = len(puts) + len(deletes)
         self.checkpoints += 1
         self.last_snapshot_ms = (time.perf_counter() - t0) * 1000
-        self.report("prepared", core.task_id, checkpoint_id, self.gen, self.finish_ran)
-
-    def failed(self, reason: str) -> None:
-        """A failure seen here (a failed or timed-out tree): one report per generation."""
-        if self._failure_reported != self.gen:
-            self._failure_reported = self.gen
-            self.report("failed", self.core.task_id, reason)
+        self.report("prepared", self.core.task_id, checkpoint_id, self.machine.gen,
+                    self.machine.finish_ran)
 
     # -- alignment (bolts) -------------------------------------------------------------------
     def on_barrier(self, src: int, values) -> None:
-        """Barrier ``values[0]`` from input task ``src``: block that channel; once every
-        open input's barrier came, snapshot, forward it, report, release."""
+        """Barrier ``values[0]`` from input task ``src`` (see :meth:`TaskMachine.on_barrier`;
+        executor thread)."""
         if not values or not isinstance(values[0], int):
             self.core.count_bad_frame()
             return
         cid = values[0]
-        if self.paused:
-            return
-        if self.aligning is None:
-            self.aligning, self.seen = cid, {src}
-            self._started[cid] = time.monotonic()
-        elif cid == self.aligning:
-            self.seen.add(src)
-        else:  # a barrier of another round while aligning: frames were lost; roll back
-            self.core.count_bad_frame()  # now rather than at the round's timeout
-            self.failed(f"barrier {cid} from task {src} while aligning {self.aligning}")
-            return
+        if self.machine.aligning is None and not self.machine.paused:
+            self._started.setdefault(cid, time.monotonic())
         core = self.core
-        if (core.upstream_open - core.back_sources) <= self.seen:
-            self.check_aligned()  # the last one: nothing to hold
-            return
-        core.blocked = frozenset(self.seen)
-        core.inbound.hold(src)
+        self.perform(self.machine.on_barrier(src, cid, core.upstream_open - core.back_sources))
 
     def check_aligned(self) -> None:
-        """Complete the alignment when every open input's barrier came (an input that
-        ends counts as aligned)."""
-        if self.aligning is None:
-            return
+        """An input ended: complete the alignment if it was the last one waited for."""
         core = self.core
-        if not (core.upstream_open - core.back_sources) <= self.seen:
-            return
-        cid = self.aligning
-        t0 = self._started.get(cid)
-        if t0 is not None:
-            self.alignments_ms.append((time.monotonic() - t0) * 1000)
-        core.finish_pending_input()  # (a BatchBolt's gathered tuples precede the barrier)
-        self.snapshot(cid)
-        core.send_barrier(cid)
-        self.aligning, self.seen = None, set()
+        self.perform(self.machine.on_input_closed(core.upstream_open - core.back_sources))
+
+    def _do_hold(self, src: int) -> None:
+        self.core.blocked = frozenset(self.machine.seen)
+        self.core.inbound.hold(src)
+
+    def _do_release(self) -> None:
+        core = self.core
         core.blocked = frozenset()
         for src, epoch, ack in core.inbound.release():
             self.grant(src, epoch, ack)
@@ -601,12 +672,13 @@ class TaskCheckpoint:
             self.parked_max = len(self.parked)
 
     def stats(self) -> dict:
+        m = self.machine
         return {"checkpoints": self.checkpoints, "rollbacks": self.rollbacks,
-                "input_ended": self.input_ended, "finish_ran": self.finish_ran,
-                "final": self.final,
+                "input_ended": m.input_ended, "finish_ran": m.finish_ran,
+                "final": m.final,
                 "received": dict(self.received),
-                "last_committed": self.last_committed, "generation": self.gen,
-                "paused": self.paused, "aligning": self.aligning,
+                "last_committed": m.last_committed, "generation": m.gen,
+                "paused": m.paused, "aligning": m.aligning,
                 "parked": len(self.parked), "parked_max": self.parked_max,
                 "last_snapshot_ms": self.last_snapshot_ms,
                 "last_keys_written": self.last_keys_written,
@@ -622,6 +694,10 @@ class TaskCheckpoint:
                                   "exactly-once while this task lives; at-least-once for "
                                   "its pending tuples if it dies")}
                    if self.is_spout else {})}
+
+
+def _no_coordinator() -> tuple:
+    raise RuntimeError("no checkpoint coordinator to ask")
 
 
 def _quantile(values, q: float) -> float | None:
