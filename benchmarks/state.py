@@ -42,13 +42,16 @@ d. ``commit_ratio_1m_vs_1k`` (no Ray): a ``KeyValueState`` of 1M keys and one of
    store's ``prepare`` (the delta, one SQLite transaction) and the log's ``COMMITTED``
    record; the garbage collection after it (``collect``, folding the older delta into
    the base) is timed apart. The two sizes alternate round by round.
+e. ``recovery_s_node_loss``: a Ray node lost under a checkpointed topology on Redis, the
+   time until every task runs again (``benchmarks/node_loss.py``; its own cluster).
 
-    python -m benchmarks.state [--quick] [--parts ratio,windows,checkpoint,commit]
+    python -m benchmarks.state [--quick] [--parts ratio,windows,checkpoint,commit,nodeloss]
 
 Writes benchmarks/results/state.json and benchmarks/results/state.png (checkpoint duration
 per policy, idle and under backpressure); the last line is ``stateful_ratio=...
 persistent_window_ratio=... ckpt_ms_p50=... ckpt_ms_p99=... ckpt_under_bp_ms_p99_<policy>=...
-ckpt_under_bp_vs_storm2_<policy>=... commit_ratio_1m_vs_1k=... stateful_ratio_acking=...``
+ckpt_under_bp_vs_storm2_<policy>=... commit_ratio_1m_vs_1k=... stateful_ratio_acking=...
+recovery_s_node_loss=...``
 (``ckpt_ms_*``: storm2 idle, the default policy).
 """
 
@@ -82,7 +85,7 @@ from topology import (
 )
 
 POLICIES = ("storm2", "watermark", "nak", "debloat")
-PARTS = ("ratio", "windows", "checkpoint", "commit")
+PARTS = ("ratio", "windows", "checkpoint", "commit", "nodeloss")
 #: the receive queues a barrier waits in on the checkpoint path (count, sink)
 QUEUES_ON_PATH = 2
 #: the debloat target's slack on top of the queues' drain time (the issue's bound, s)
@@ -603,7 +606,12 @@ def main() -> None:
                 print(f"commit 1k dirty keys into {n:>9,} keys: p50/p99 "
                       f"{c[str(n)]['commit_ms']['p50']:.2f}/{c[str(n)]['commit_ms']['p99']:.2f}"
                       f" ms, GC p50 {c[str(n)]['gc_ms']['p50']:.2f} ms", flush=True)
-        ray_parts = [p for p in parts if p != "commit"]
+        if "nodeloss" in parts:  # (a Ray cluster of its own, in another process)
+            from benchmarks.node_loss import recovery_runs
+            result["node_loss"] = recovery_runs(1)
+            print(f"node lost: running again after {result['node_loss']['recovery_s']} s",
+                  flush=True)
+        ray_parts = [p for p in parts if p not in ("commit", "nodeloss")]
         if ray_parts:
             cluster = LocalCluster(num_cpus=2)
             try:
@@ -670,6 +678,8 @@ def main() -> None:
     figures.append(f"commit_ratio_1m_vs_1k={fmt(result.get('commit', {}).get('commit_ratio'))}")
     figures.append("stateful_ratio_acking="
                    f"{fmt(result.get('stateful_acking_on', {}).get('ratio'))}")
+    figures.append("recovery_s_node_loss="
+                   f"{fmt(result.get('node_loss', {}).get('recovery_s'), '.2f')}")
     print(" ".join(figures))
 
 
