@@ -34,7 +34,8 @@ from actors._routing import TASK, WORKER, actor_name, submit_id
 from actors._sink import ActorSink, _deliver
 from actors._stats import TaskStats
 from actors._store import StoredTopology, first_start
-from actors.state._task import checkpointed, enable_checkpoints, is_stateful, keyed_state
+from actors.state._plan import checkpointed, is_stateful, keyed_state
+from actors.state._task import enable_checkpoints
 from backpressure import BackPressureStatus
 from topology import CollectorBolt, DatasetSink, DeadLetterSink
 
@@ -125,7 +126,7 @@ class ExecutorActor:
         one gets its store from the provider (keyed by key group when fields-grouped); a
         restarted actor asks the coordinator which checkpoint to restore and starts
         paused (its restart rolls the whole topology back)."""
-        from actors.state._coordinator import checkpoint_coordinator_name
+        from actors.state._coordinator_actor import checkpoint_coordinator_name
         from actors.state.providers import make_provider
 
         gen, cid, final, finished = 0, None, False, ()

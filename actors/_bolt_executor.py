@@ -11,7 +11,8 @@ from actors._collectors import BoltCollector
 from actors._executor import ExecutorCore
 from actors._streams import BARRIER_STREAM, DRAINED_STREAM, EOS_STREAM, FLUSH, TICK_STREAM
 from actors._two_phase import TwoPhaseCommitExecutor
-from actors.state._task import END, checkpointed
+from actors.state._loop import END
+from actors.state._plan import checkpointed
 from actors.windowing import WindowedBoltExecutor
 from actors.windowing.persistent import PersistentWindowedBoltExecutor
 from backpressure import SITE_QUEUE

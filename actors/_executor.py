@@ -39,7 +39,7 @@ from actors._outbox import Outbox, Sink
 from actors._routing import build_routers, stream_table, task_links, upstream_spout_tasks
 from actors._stats import IntervalMetrics, TaskStats, task_stats
 from actors._streams import BARRIER_STREAM, DRAINED_STREAM, EOS_STREAM
-from actors.state._task import drop_queued, poll_chain
+from actors.state._loop import drop_queued, poll_chain
 from backpressure import (
     BackPressureStatus,
     JCQueue,

@@ -10,7 +10,7 @@ from actors._acking import SpoutLedger, UserCalls
 from actors._collectors import SpoutCollector
 from actors._executor import ExecutorCore
 from actors._streams import FLUSH
-from actors.state._task import END, REWOUND
+from actors.state._loop import END, REWOUND
 from topology import Spout, StormTopology
 
 logger = logging.getLogger("storm_on_ray.executor")

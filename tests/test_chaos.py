@@ -72,14 +72,7 @@ def test_killed_bolt_is_restarted_and_the_stream_completes(cluster, workers, nam
     # the other forms kill one actor of each kind (FIRST_KILLS), on a shorter stream:
     # acking in the spouts, and every other flow-control policy with ackers (nothing lost,
     # no deadlock, across restarts under each)
-    pytest.param(True, "storm2", FIRST_KILLS, 40_000, marks=pytest.mark.skip(
-        reason="open bug, seen 2026-11-27 in two full-suite runs (passes alone): after the "
-               "worker-1 transfer actor and both spout tasks are killed, a spout task's "
-               "end-of-stream never reaches a bolt task behind the restarted transfer "
-               "actor (it receives no frame again), so the topology never completes. "
-               "07bd578 fixes two ways that could happen (the marker now waits for its "
-               "acknowledgement and is resent after a loss; any failed call is a loss); "
-               "this form stays skipped until full runs show it holds")),
+    (True, "storm2", FIRST_KILLS, 40_000),
     (False, "watermark", FIRST_KILLS, 40_000),
     (False, "nak", FIRST_KILLS, 40_000), (False, "debloat", FIRST_KILLS, 40_000)],
     ids=["ackers", "in_spouts", "ackers-watermark", "ackers-nak", "ackers-debloat"])

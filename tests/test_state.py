@@ -185,13 +185,13 @@ def test_coordinator_commits_resumes_and_ends():
     (rollback,) = c.tick(9.0)  # past the round's deadline
     assert rollback.kind == "rollback" and rollback.args[1] == 2 and c.failed_rounds == 1
     gen = rollback.args[0]
-    assert c.tick(20.0) == []  # no round while rolling back
-    assert c.paused(2, gen, 20.0) == []
-    (resume,) = c.paused(3, gen, 20.0)
+    assert c.tick(13.0) == []  # no round while rolling back (within its 5 s deadline)
+    assert c.paused(2, gen, 13.0) == []
+    (resume,) = c.paused(3, gen, 13.0)
     assert resume.kind == "resume" and resume.args == (gen,)
-    (again,) = c.paused(3, gen, 21.0)  # its resume was lost: sent again, to it alone
+    (again,) = c.paused(3, gen, 14.0)  # its resume was lost: sent again, to it alone
     assert again.tasks == (3,)
-    (trigger,) = c.tick(21.0)
+    (trigger,) = c.tick(14.0)
     assert trigger.args == (gen, 4)  # round 3 was aborted: its id is not reused
 
 

@@ -39,7 +39,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from actors._codec import decode_key, value_encoder
-from actors._streams import BARRIER_STREAM, EOS_STREAM, FLUSH
 from actors.state._internals import (
     INTERNAL_GROUP,
     INTERNAL_GROUPS,
@@ -47,17 +46,14 @@ from actors.state._internals import (
     USER_GROUPS,
     CheckpointedInternals,
 )
+from actors.state._loop import _MARKERS, clear_ledger
 from actors.state._machine import CORRUPT, LOST, RESTORE_FAILED, RESTORED, TaskMachine
+from actors.state._plan import is_stateful
 from actors.state._provider import CorruptCheckpoint, MissingState, TaskStore
-from topology import StormTopology, WindowedBolt
-from topology._keygroups import key_group_count, key_group_range, state_key_group
-from topology._state import KeyValueState, StatefulBolt, StatefulSpout, _Stateful
-from topology._two_phase import TwoPhaseCommitSink
+from topology._state import KeyValueState
 
 if TYPE_CHECKING:  # (actors/_executor.py imports this module: no cycle at run time)
     from actors._executor import ExecutorCore
-    from actors._inbound import Inbound
-    from backpressure import JCQueue
 
 logger = logging.getLogger("storm_on_ray.checkpoint")
 
@@ -65,58 +61,10 @@ logger = logging.getLogger("storm_on_ray.checkpoint")
 RECENT_ROUNDS = 100
 #: the coordinator's messages to a task
 _KINDS = ("trigger", "commit", "rollback", "resume")
-#: the config key of the windows' ack-on-entry rule (actors/windowing/executor.py)
-ACK_ON_ENTRY = "topology.bolts.window.ack.on.entry"
-#: the end markers a rollback keeps: an end of stream, which comes only after the final
-#: checkpoint committed (a rollback after it, a task restarted then, restores that one);
-#: an end-of-data marker (DRAINED) is dropped, and the rewound upstream sends it again
-_MARKERS = (EOS_STREAM,)
 #: the stored key (internal group) that records a stateful task as finished: its input had
 #: ended, and its ``finish()`` run, when the checkpoint was taken (two internal prefixes:
 #: no ``CheckpointedInternals`` key, ``INTERNAL_PREFIX`` + a msgpack value, begins so)
 FINISHED_KEY = INTERNAL_PREFIX + INTERNAL_PREFIX + b"finished"
-
-
-def is_stateful(obj: Any) -> bool:
-    """True for a component whose state is checkpointed."""
-    return isinstance(obj, _Stateful)
-
-
-def checkpointed(topology: StormTopology, conf: dict) -> bool:
-    """True when the topology runs checkpoints: some bolt is stateful (a stateful spout
-    alone keeps its position only where checkpoints run) or a ``TwoPhaseCommitSink``; or a
-    windowed bolt takes input from a spout whose source waits for acks (a
-    ``StreamingDataFrameSpout`` with msg ids), acking is on and
-    ``topology.bolts.window.ack.on.entry`` is unset (the plan's choice: its windows are
-    persistent, so Spark commits only rows in a committed checkpoint). Every windowed bolt
-    of a checkpointed topology runs with persistent windows."""
-    comps = topology.components.values()
-    if any(not spec.is_spout and (is_stateful(spec.obj)
-                                  or isinstance(spec.obj, TwoPhaseCommitSink))
-           for spec in comps):
-        return True
-    return (bool(topology.acker_tasks) and conf.get(ACK_ON_ENTRY) is None
-            and any(spec.is_spout and spec.obj.acks_hold_source for spec in comps)
-            and any(isinstance(spec.obj, WindowedBolt) for spec in comps))
-
-
-def keyed_state(topology: StormTopology, component: str, task: int, conf: dict
-                ) -> tuple[Callable[[Any], int] | None, range | None]:
-    """The state key → key group function and the groups that ``task`` owns, for a
-    stateful bolt whose every input is a fields grouping on the same number of fields
-    (its state is keyed: a key is the grouped value, or the tuple of them); ``(None,
-    None)`` otherwise (per-task state)."""
-    spec = topology.components[component]
-    if spec.is_spout or not spec.inputs or not is_stateful(spec.obj):
-        return None, None
-    arities = {len(g.fields) if g.kind == "fields" and g.fields else 0 for g in spec.inputs}
-    if len(arities) != 1 or 0 in arities:
-        return None, None
-    arity = arities.pop()
-    groups = key_group_count(conf)
-    tasks = list(topology.component_tasks[component])
-    owned = key_group_range(tasks.index(task), len(tasks), groups)
-    return (lambda key: state_key_group(key, arity, groups)), owned
 
 
 def enable_checkpoints(core: ExecutorCore, store: TaskStore | None, gen: int | None = 0,
@@ -136,72 +84,6 @@ def enable_checkpoints(core: ExecutorCore, store: TaskStore | None, gen: int | N
                                      host.checkpoint.inbox if host is not None else None,
                                      (gen, checkpoint_id, rejoining, final, finished))
     return core.checkpoint
-
-
-def drop_queued(queue: JCQueue, inbound: Inbound) -> list:
-    """A rollback: empty ``queue`` (receive queue and overflow) under the inbound side's
-    insert lock, so no frame of an older epoch enters after; returns the end markers it
-    held and those of frames dropped on arrival (an upstream that ended stays ended; only
-    ends of streams are kept, see :data:`_MARKERS`)."""
-    markers = []
-
-    def drop(el) -> None:
-        if el is not FLUSH and el[1] in _MARKERS:
-            markers.append(el)
-    with inbound.fill_lock:
-        while queue.size() or not queue.is_empty_overflow():
-            if not queue.consume(drop):
-                break
-    markers.extend(inbound.take_kept_markers())
-    return markers
-
-
-#: what :func:`poll_chain` tells the executor loop: go on; end the stream (the final
-#: checkpoint committed, or was restored); a spout's position was restored (rewound)
-GO, END, REWOUND = 0, 1, 2
-
-
-def poll_chain(host: ExecutorCore, cores: tuple) -> int:
-    """The executor loops' one call into checkpointing (the host's executor thread):
-    apply what is queued for ``cores`` (a host and the tasks chained into it, sharing its
-    inbox: coordinator messages, a restarted task's start); while any of them is paused
-    (a rollback, a restore, an ask) wait here for the resume or a stop, the machines'
-    clock running (their reports again every ``PAUSED_REPORT_S``). Returns
-    :data:`GO`, :data:`END` or :data:`REWOUND` (the host's spout)."""
-    cp = host.checkpoint
-    inbox = cp.inbox
-    if inbox or cp.machine.paused or (len(cores) > 1 and any(
-            c.checkpoint.machine.paused for c in cores)):
-        while True:
-            while inbox:
-                tcp, kind, args = inbox.popleft()
-                if tcp.core.state == "running":
-                    tcp.apply(kind, args)
-            paused = [c.checkpoint for c in cores
-                      if c.state == "running" and c.checkpoint.machine.paused]
-            if host._stop or not paused:
-                break
-            host.wakeup.wait(0.05)
-            host.wakeup.clear()
-            for tcp in paused:
-                tcp.on_clock()
-    if cp.machine.final and host.final_committed():
-        return END
-    if cp.rewound:
-        cp.rewound = False
-        return REWOUND
-    return GO
-
-
-def clear_ledger(ledger) -> None:
-    """Forget every tree and held acking value of a task's ledger (a rollback)."""
-    if ledger is None:
-        return
-    ledger.take_messages()
-    for name in ("trees", "acks_due", "fails_due"):
-        v = getattr(ledger, name, None)
-        if v is not None:
-            v.clear()
 
 
 class TaskCheckpoint:
@@ -708,10 +590,4 @@ def _quantile(values, q: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
 
 
-def is_marker(el) -> bool:
-    """An element a rollback keeps: an upstream's end marker."""
-    return el is not FLUSH and el[1] in _MARKERS
-
-
-__all__ = ["TaskCheckpoint", "checkpointed", "is_stateful", "clear_ledger",
-           "BARRIER_STREAM", "StatefulBolt", "StatefulSpout"]
+__all__ = ["TaskCheckpoint", "enable_checkpoints", "FINISHED_KEY"]
