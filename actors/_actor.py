@@ -22,6 +22,7 @@ from collections import deque
 
 import ray
 
+from actors._actor_checkpoints import CheckpointWiring
 from actors._chain import ChainLink
 from actors._codec import FrameError, decode_batch, decode_status
 from actors._control_socket import send_call
@@ -34,19 +35,15 @@ from actors._routing import TASK, WORKER, actor_name, submit_id
 from actors._sink import ActorSink, _deliver
 from actors._stats import TaskStats
 from actors._store import StoredTopology, first_start
-from actors.state._plan import checkpointed, is_stateful, keyed_state
-from actors.state._task import enable_checkpoints
+from actors.state._plan import checkpointed
 from backpressure import BackPressureStatus
 from topology import CollectorBolt, DatasetSink, DeadLetterSink
 
 logger = logging.getLogger("storm_on_ray.actor")
-#: a restarted actor waits this long (s) for the checkpoint coordinator's answer in its
-#: constructor; past it the executor thread asks (a restarting coordinator answers later)
-ASK_TIMEOUT_S = 10.0
 
 
 @ray.remote(concurrency_groups={"data": 1, "remote": 1, "control": 1, "wait": 1})
-class ExecutorActor:
+class ExecutorActor(CheckpointWiring):
     """A Storm executor as a Ray actor (one task). See :class:`ExecutorCore`.
 
     Restarts (Storm's supervisor restarting a dead worker): submitted with Ray's
@@ -120,71 +117,6 @@ class ExecutorActor:
             for c in self.cores.values():  # (a chain restarts as one: every task anew)
                 c.inbound.reconstructed = True
             self._rejoin()
-
-    def _enable_checkpoints(self, topology_name, topology, conf, rejoining: bool) -> None:
-        """Every task of this actor takes part in checkpoints (actors/state): a stateful
-        one gets its store from the provider (keyed by key group when fields-grouped); a
-        restarted actor asks the coordinator which checkpoint to restore and starts
-        paused (its restart rolls the whole topology back)."""
-        from actors.state._coordinator_actor import checkpoint_coordinator_name
-        from actors.state.providers import make_provider
-
-        gen, cid, final, finished = 0, None, False, ()
-        self._checkpoints = ray.get_actor(checkpoint_coordinator_name(self._prefix))
-        self._restart_answer = None
-        provider = make_provider(conf, topology_name, self._prefix)
-        if rejoining:  # asked here if the coordinator answers; else by the executor
-            try:  # thread, again and again (a constructor that raises is not restarted)
-                gen, cid, final, finished = self._ask_restart(timeout=ASK_TIMEOUT_S)
-            except Exception as e:
-                logger.warning("%s:%d: the checkpoint coordinator did not answer (%s); the "
-                               "task asks again once started", self.core.component_id,
-                               self.core.task_id, e)
-                gen = None
-        else:  # a submit from a savepoint starts from the checkpoint it seeded
-            committed = provider.checkpoint_log().load()[2]
-            cid = committed[-1] if committed else None
-        for core in self.cores.values():  # (the host first: its chain shares its inbox)
-            store = provider.task_store(core.component_id, core.task_id) if (
-                is_stateful(core.obj)) else None
-            key_group, groups = keyed_state(topology, core.component_id, core.task_id,
-                                            core.conf)
-            cp = enable_checkpoints(core, store, gen, cid, rejoining, key_group, groups,
-                                    final, tuple(finished))
-            cp.report = self._report_checkpoint
-            cp.ask = self._ask_restart
-            cp.grant = functools.partial(self._grant, core.task_id)
-            cp.reset_sinks = functools.partial(self._reset_sinks, core.task_id)
-
-    def _ask_restart(self, timeout: float = 10.0) -> tuple:
-        """Ask the checkpoint coordinator what this restarted actor's tasks restore:
-        ``(gen, checkpoint id, final, finished tasks)``; asked once per actor (a chain's
-        tasks share the answer; each ask rolls the topology back).
-
-        Raises:
-            Exception: the coordinator could not be reached within ``timeout`` s."""
-        if self._restart_answer is None:
-            self._restart_answer = tuple(ray.get(
-                self._checkpoints.restarted.remote(self.core.task_id), timeout=timeout))
-        return self._restart_answer
-
-    def _report_checkpoint(self, method: str, *args) -> None:
-        """A task's message to the checkpoint coordinator (fire and forget)."""
-        try:
-            getattr(self._checkpoints, method).remote(*args)
-        except Exception as e:  # the coordinator restarts: it rolls back by itself
-            self.core.errors.report(e, f"checkpoint report ({method})")
-
-    def _grant(self, task: int, src: int, epoch: int, ack: int) -> None:
-        """Alignment is over: give ``src`` the credit for the frames ``task`` held."""
-        try:
-            self._actor_of(src).credit.remote(src, task, epoch, ack)
-        except Exception as e:  # a dead sender starts a new epoch anyway
-            self.core.errors.report(e, f"credit to task {src}")
-
-    def _reset_sinks(self, task: int, gen: int) -> None:
-        for sink in self._sinks[task]:
-            sink.reset_epoch(gen)
 
     @ray.method(concurrency_group="control")
     def checkpoint(self, kind: str, task: int, *args) -> None:
