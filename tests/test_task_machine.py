@@ -132,7 +132,8 @@ def test_a_missing_or_corrupt_store_is_a_decision_reported_once():
         Step("report", ("lost", (T, 4, "/x/task-7.db")))]
     assert m.on_clock(99.0) == [] and m.paused  # once: the coordinator fails the topology
     m.on_message("rollback", (7, 3, False, ()), 0.0)
-    assert m.on_restored(CORRUPT, 3, "crc", 0.0) == [Step("report", ("corrupt", (T, 3)))]
+    assert m.on_restored(CORRUPT, 3, "crc", 0.0) == [
+        Step("report", ("corrupt", (T, 3, "crc")))]
 
 
 def test_a_restarted_task_asks_then_restores_and_a_finished_one_only_ends():
@@ -283,3 +284,15 @@ def test_a_restore_that_fails_in_a_restarted_task_is_reported_and_retried():
         assert core.checkpoint.state.get("x") == 3
     finally:
         core.stop()
+
+
+def test_a_corrupt_checkpoint_with_none_before_it_fails_the_topology():
+    """Before, the coordinator rolled back to no checkpoint: every task's store emptied and
+    the sinks' published output published again."""
+    c = _coordinator()
+    c.tick(600.0)
+    for t in (1, 2, 3):
+        c.prepared(t, 1, 0, 600.5)
+    assert c.last_committed == 1
+    assert c.corrupt(2, 1, 601.0, "checkpoint 1 at /c/count/task-2.db is corrupt: crc") == []
+    assert "task 2" in c.failure and "/c/count/task-2.db" in c.failure

@@ -397,15 +397,26 @@ class CoordinatorCore:
             logger.error("the topology fails: %s", self.failure)
         return []
 
-    def corrupt(self, task: int, checkpoint_id: int, now: float) -> list[Action]:
-        """``task`` found checkpoint ``checkpoint_id`` corrupt: it is given up (with every
-        later one) and the topology rolls back to the one before."""
+    def corrupt(self, task: int, checkpoint_id: int, now: float,
+                detail: str = "") -> list[Action]:
+        """``task`` found checkpoint ``checkpoint_id`` corrupt (``detail``: what and where):
+        it is given up (with every later one) and the topology rolls back to the one
+        before; with no committed checkpoint before it the topology fails
+        (:attr:`failure`), naming the task, the checkpoint and the detail (a rollback to
+        none would restore empty state, and publish again what sinks published)."""
         if self.failure is not None:
+            return []
+        self.committed = [c for c in self.committed if c < checkpoint_id]
+        self.final = False
+        if not self.committed:
+            self.failure = (f"task {task}: checkpoint {checkpoint_id} is corrupt ({detail}) "
+                            f"and no committed checkpoint before it is kept; start from a "
+                            f"savepoint, or anew")
+            self.round = None
+            logger.error("the topology fails: %s", self.failure)
             return []
         logger.warning("task %d: checkpoint %d is corrupt; rolling back to the one before",
                        task, checkpoint_id)
-        self.committed = [c for c in self.committed if c < checkpoint_id]
-        self.final = False
         return self._rollback(now, f"task {task} found checkpoint {checkpoint_id} corrupt")
 
     def state(self) -> dict:

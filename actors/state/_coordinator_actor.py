@@ -182,8 +182,11 @@ def _ray_actor():
         def lost(self, task: int, checkpoint_id: int | None, where: str) -> None:
             self._event("lost", task, checkpoint_id, where)
 
-        def corrupt(self, task: int, checkpoint_id: int) -> None:
-            self._event("corrupt", task, checkpoint_id)
+        def corrupt(self, task: int, checkpoint_id: int, detail: str = "") -> None:
+            with self._lock:
+                if self.core is not None:
+                    self._send(self.core.corrupt(task, checkpoint_id, time.monotonic(),
+                                                 detail))
 
         def data_ended(self, task: int, gen: int) -> None:
             self._event("data_ended_at", task, gen)

@@ -135,7 +135,7 @@ class TaskMachine:
         rollback). The task stays paused until the coordinator's resume."""
         self.restoring = False
         if result != RESTORED:  # paused until the coordinator's rollback (or failure)
-            kind = {CORRUPT: ("corrupt", (self.task, checkpoint_id or 0)),
+            kind = {CORRUPT: ("corrupt", (self.task, checkpoint_id or 0, detail)),
                     LOST: ("lost", (self.task, checkpoint_id, detail))}.get(
                 result, ("failed", (self.task, f"restore failed: {detail}")))
             step = Step("report", kind)
