@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 from actors.state._provider import COMMITTED, FINAL, PREPARING, CheckpointLog
@@ -159,6 +160,11 @@ class CoordinatorCore:
         #: when (a rollback whose tasks do not all pause within ``timeout_s`` is redone)
         self._rollback_action: Action | None = None
         self.rollback_at = 0.0
+        #: the tasks that said they took the current rollback (restoring, paused)
+        self.alive: set[int] = set()
+        #: called once before the first round's record (the actor marks in the GCS that
+        #: the log holds rounds); if it raises, the round does not start
+        self.before_first_record: Callable[[], None] | None = None
         if restarted and log_expected and (phase, cid, committed) == (COMMITTED, 0, []):
             self.failure = (f"the checkpoint log at {log.where()} is gone (its coordinator "
                             f"restarted where the log is not: a lost node?); keep "
@@ -195,11 +201,11 @@ class CoordinatorCore:
         again an interval later); fail a round past its deadline."""
         if self.failure is not None:
             return []
-        if self.waiting is not None:
-            late = self.waiting - self.finished
-            if late and now - self.rollback_at > self.timeout_s:  # (a rollback, or its
-                return self._rollback(now, f"tasks {sorted(late)} did not pause within "
-                                           f"{self.timeout_s:g} s")  # report, was lost)
+        if self.waiting is not None:  # a task silent since the rollback (neither restoring
+            late = self.waiting - self.finished - self.alive  # nor paused) missed it
+            if late and now - self.rollback_at > self.timeout_s:
+                return self._rollback(now, f"tasks {sorted(late)} did not take the "
+                                           f"rollback within {self.timeout_s:g} s")
             return self._maybe_resume(now)  # (a delayed resume)
         if self.final:  # (the stream's last round has committed)
             return []
@@ -214,8 +220,11 @@ class CoordinatorCore:
         spouts = tuple(t for t in self.spouts if t not in self.finished)
         if not spouts:
             return []
-        self.last_id += 1
         try:
+            if self.before_first_record is not None:
+                self.before_first_record()
+                self.before_first_record = None
+            self.last_id += 1
             self.log.record(PREPARING, self.last_id)
         except Exception as e:  # (its store is away): no round now, one again when due
             self.failed_rounds += 1
@@ -271,12 +280,24 @@ class CoordinatorCore:
             self.next_due = max(self.round_started + self.interval_s, self.next_due)
         return [Action("commit", self.live(), (cid, final))]
 
-    def failed(self, task: int, reason: str, now: float) -> list[Action]:
-        """``task`` reports a failure (a failed or timed-out tuple tree, a corrupt
-        checkpoint): roll back."""
-        if self.failure is not None:
+    def failed(self, task: int, reason: str, now: float, gen: int | None = None
+               ) -> list[Action]:
+        """``task`` reports a failure seen in generation ``gen`` (a failed or timed-out
+        tuple tree, a lost frame, a failed snapshot): roll back. Ignored while a rollback
+        is under way (it restores every task anyway) and for another generation (Flink's
+        scheduler drops a stale execution attempt's report): a failure repeated by every
+        task must not start a rollback each."""
+        if self.failure is not None or self.waiting is not None or (
+                gen is not None and gen != self.gen):
             return []
         return self._rollback(now, f"task {task}: {reason}")
+
+    def restoring(self, task: int, gen: int, now: float) -> list[Action]:
+        """``task`` took the rollback to generation ``gen`` and restores: it is alive, so
+        a slow restore does not count as a lost rollback (see :meth:`tick`)."""
+        if gen == self.gen and self.waiting is not None:
+            self.alive.add(task)
+        return []
 
     def finish_failed(self, task: int, gen: int, reason: str, now: float) -> list[Action]:
         """``task``'s ``finish()`` raised (``reason`` names its component and task): roll
@@ -320,6 +341,7 @@ class CoordinatorCore:
         if self.failure is not None:
             raise TopologyFailedError(self.failure)
         actions = self._rollback(now, f"task {task} restarted")
+        self.alive.add(task)  # (it asked: alive, and restores next)
         return self.gen, self.last_committed, self.final, actions[0].args[3], actions
 
     def paused(self, task: int, gen: int, now: float) -> list[Action]:
@@ -380,6 +402,7 @@ class CoordinatorCore:
         finished = (tuple(sorted(self.tasks)) if self.final
                     else self.finished_at.get(cid, ()))
         self.rollback_at = now
+        self.alive = set()
         self._rollback_action = Action("rollback", self._all_live(),
                                        (self.gen, cid, self.final, finished))
         return [self._rollback_action]

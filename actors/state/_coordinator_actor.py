@@ -91,6 +91,11 @@ def _ray_actor():
                     time.sleep(LOG_OPEN_RETRY_S)
             else:
                 return
+            if not self._log_marked:  # marked before the first round is recorded (or now,
+                if core.last_id > 0:  # a log seeded from a savepoint)
+                    self._mark_log()
+                else:
+                    core.before_first_record = self._mark_log
             with self._lock:
                 self.core = core
             self._opened.set()
@@ -133,6 +138,15 @@ def _ray_actor():
                     except Exception as e:  # an actor being restarted: it rejoins itself
                         logger.warning("checkpoint %s to task %d not sent: %s", a.kind, t, e)
 
+        def _mark_log(self) -> None:
+            """Record in the GCS that this submit's log holds rounds: a coordinator
+            restarted where the log is not then fails the topology instead of rolling
+            every task back to nothing (``CoordinatorCore``'s ``log_expected``)."""
+            from actors._store import first_start
+
+            first_start(self._prefix, LOG_FLAG)
+            self._log_marked = True
+
         def start(self) -> None:
             """Start the round timer (once every executor runs; once the log is open)."""
             if self.core is None:
@@ -150,10 +164,6 @@ def _ray_actor():
                 try:
                     with self._lock:
                         self._send(self.core.tick(time.monotonic()))
-                        if not self._log_marked and self.core.last_id > 0:
-                            from actors._store import first_start
-                            first_start(self._prefix, LOG_FLAG)
-                            self._log_marked = True
                 except Exception:  # a bug: seen, and the rounds go on (a dead timer
                     logger.exception("checkpoint timer")  # would end them for good)
                 time.sleep(min(0.05, self.core.interval_s / 4))
@@ -176,8 +186,13 @@ def _ray_actor():
         def paused(self, task: int, gen: int) -> None:
             self._event("paused", task, gen)
 
-        def failed(self, task: int, reason: str) -> None:
-            self._event("failed", task, reason)
+        def failed(self, task: int, reason: str, gen: int | None = None) -> None:
+            with self._lock:
+                if self.core is not None:
+                    self._send(self.core.failed(task, reason, time.monotonic(), gen))
+
+        def restoring(self, task: int, gen: int) -> None:
+            self._event("restoring", task, gen)
 
         def lost(self, task: int, checkpoint_id: int | None, where: str) -> None:
             self._event("lost", task, checkpoint_id, where)

@@ -54,10 +54,10 @@ def poll_chain(host: ExecutorCore, cores: tuple) -> int:
     if inbox or cp.machine.paused or (len(cores) > 1 and any(
             c.checkpoint.machine.paused for c in cores)):
         while True:
-            while inbox:
-                tcp, kind, args = inbox.popleft()
-                if tcp.core.state == "running":
-                    tcp.apply(kind, args)
+            if inbox:
+                for tcp, kind, args in _superseded_dropped(inbox):
+                    if tcp.core.state == "running":
+                        tcp.apply(kind, args)
             paused = [c.checkpoint for c in cores
                       if c.state == "running" and c.checkpoint.machine.paused]
             if host._stop or not paused:
@@ -72,6 +72,21 @@ def poll_chain(host: ExecutorCore, cores: tuple) -> int:
         cp.rewound = False
         return REWOUND
     return GO
+
+
+def _superseded_dropped(inbox) -> list:
+    """Take everything queued in ``inbox``, without the rollbacks a later rollback of the
+    same task supersedes (each would be a full restore; a task behind on its rollbacks
+    never catches up otherwise)."""
+    items = []
+    while inbox:
+        items.append(inbox.popleft())
+    last = {}
+    for i, (tcp, kind, _) in enumerate(items):
+        if kind == "rollback":
+            last[id(tcp)] = i
+    return [it for i, it in enumerate(items)
+            if it[1] != "rollback" or last[id(it[0])] == i]
 
 
 def clear_ledger(ledger) -> None:

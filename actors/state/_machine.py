@@ -124,6 +124,7 @@ class TaskMachine:
 
     def _restore(self, checkpoint_id: int | None) -> list[Step]:
         self.restoring = True
+        self._restore_id = checkpoint_id
         return [Step("restore", (checkpoint_id,))]
 
     def on_restored(self, result: str, checkpoint_id: int | None, detail: str,
@@ -131,21 +132,20 @@ class TaskMachine:
         """The ``restore`` step's result: ``RESTORED`` (``finished``: the restored state
         records the task's ``finish()`` as run; None: no record of its own), ``CORRUPT``
         (the checkpoint is damaged: the coordinator falls back), ``LOST`` (the state is
-        gone: the topology fails) or ``RESTORE_FAILED`` (the store failed: retried by a new
-        rollback). The task stays paused until the coordinator's resume."""
+        gone: the topology fails) or ``RESTORE_FAILED`` (the store failed: the restore is
+        tried again every :data:`PAUSED_REPORT_S`, in this generation). The task stays
+        paused until the coordinator's resume."""
         self.restoring = False
-        if result != RESTORED:  # paused until the coordinator's rollback (or failure)
-            kind = {CORRUPT: ("corrupt", (self.task, checkpoint_id or 0, detail)),
-                    LOST: ("lost", (self.task, checkpoint_id, detail))}.get(
-                result, ("failed", (self.task, f"restore failed: {detail}")))
-            step = Step("report", kind)
-            # a retryable failure is reported again on the clock (the report may be lost
-            # to a coordinator that restarts); the others are decisions, made once
-            self._report_due = now + PAUSED_REPORT_S if result == RESTORE_FAILED else (
-                float("inf"))
-            self._failure_step = step if result == RESTORE_FAILED else None
+        if result == RESTORE_FAILED:  # (the store: Redis away) tried again on the clock,
+            self._retry_restore = True  # in this generation: the other tasks restored
+            self._report_due = now + PAUSED_REPORT_S  # fine and need no new rollback
+            return []
+        if result != RESTORED:  # decisions, reported once: the coordinator falls back to
+            self._report_due = float("inf")  # an older checkpoint, or fails the topology
             self._unrestored = True  # (no resume releases it: only a rollback)
-            return [step]
+            kind = (("corrupt", (self.task, checkpoint_id or 0, detail)) if result == CORRUPT
+                    else ("lost", (self.task, checkpoint_id, detail)))
+            return [Step("report", kind)]
         if finished is not None:
             self.finish_ran = finished
         self.last_committed = checkpoint_id
@@ -158,7 +158,8 @@ class TaskMachine:
         return [*steps, Step("report", ("paused", (self.task, self.gen)))]
 
     _resumed_early = False
-    _failure_step: Step | None = None
+    _retry_restore = False
+    _restore_id: int | None = None
     _unrestored = False
 
     # -- coordinator messages --------------------------------------------------------------
@@ -181,9 +182,10 @@ class TaskMachine:
                 Step("write", (checkpoint_id,))]
 
     def _on_commit(self, checkpoint_id: int, final: bool = False) -> list[Step]:
-        if self.asking or self.restoring or (self.last_committed is not None
-                                             and checkpoint_id <= self.last_committed):
-            return []  # (a task asking or restoring restores what the coordinator names)
+        if (self.asking or self.restoring or self._retry_restore or self._unrestored
+                or (self.last_committed is not None
+                    and checkpoint_id <= self.last_committed)):
+            return []  # (a task not restored restores what the coordinator names)
         self.last_committed = checkpoint_id
         return [Step("commit", (checkpoint_id, final))]
 
@@ -206,7 +208,7 @@ class TaskMachine:
         self.gen = gen
         self.paused = True
         self._resumed_early = False
-        self._failure_step = None
+        self._retry_restore = False
         self._unrestored = False
         self.aligning, self.seen = None, set()
         self.input_ended = False
@@ -218,11 +220,15 @@ class TaskMachine:
         if checkpoint_id is not None and (self.last_committed is None
                                           or checkpoint_id > self.last_committed):
             self.last_committed = checkpoint_id  # (its commit message may be behind)
+        # the coordinator hears first that the task is alive and restoring (a slow
+        # restore is not taken for a lost rollback)
         return [Step("rollback", (gen, checkpoint_id, finished)),
+                Step("report", ("restoring", (self.task, gen))),
                 *self._restore(checkpoint_id)]
 
     def _on_resume(self, gen: int) -> list[Step]:
-        if gen != self.gen or not self.paused or self.asking or self._unrestored:
+        if gen != self.gen or not self.paused or self.asking or self._unrestored or (
+                self._retry_restore):
             return []
         if self.restoring:  # (the resume overtook the restore's report: after it)
             self._resumed_early = True
@@ -240,8 +246,9 @@ class TaskMachine:
         self._report_due = now + PAUSED_REPORT_S
         if self.asking:
             return [Step("ask")]
-        if self._failure_step is not None:
-            return [self._failure_step]
+        if self._retry_restore:
+            self._retry_restore = False
+            return self._restore(self._restore_id)
         return [Step("report", ("paused", (self.task, self.gen)))]
 
     # -- alignment (bolts) -----------------------------------------------------------------
@@ -295,4 +302,4 @@ class TaskMachine:
         if self._failure_reported == self.gen:
             return []
         self._failure_reported = self.gen
-        return [Step("report", ("failed", (self.task, reason)))]
+        return [Step("report", ("failed", (self.task, reason, self.gen)))]

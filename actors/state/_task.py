@@ -203,7 +203,13 @@ class TaskCheckpoint:
             self.machine.on_start(now, first=(gen, checkpoint_id, final,
                                               self.core.task_id in finished))
             if self.stateful:  # (the machine's one step: this restore)
-                self._restore(checkpoint_id, raising=True)
+                try:
+                    self._restore(checkpoint_id, raising=True)
+                except MissingState:  # a task new in the topology started from a
+                    logger.warning("%s:%d: no state in the savepoint's checkpoint %s: "
+                                   "starts empty", self.core.component_id,
+                                   self.core.task_id, checkpoint_id)  # savepoint
+                    self._restore(None, raising=True)
             self.perform(self.machine.on_restored(
                 RESTORED, checkpoint_id, "", now,
                 self._finish_stored if self.stateful else None))
@@ -408,8 +414,8 @@ class TaskCheckpoint:
             core._fails_since_exhausted = True  # the loop calls next_tuple again
             if not self.stateful and after:  # a replaying spout: each fails once
                 core.user_fails(after, "rolled back")
-        if self.stateful:
-            self._user("pre_rollback")
+        if self.stateful and self._initialized:  # (a restarted task's state is not bound
+            self._user("pre_rollback")  # yet: its init_state comes after the restore)
 
     def _rewind_drain(self, checkpoint_id: int | None) -> None:
         """A spout rolls back to ``checkpoint_id``: a drain it had begun takes effect
