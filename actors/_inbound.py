@@ -278,7 +278,9 @@ class Inbound:
         ``gen`` from seq 0), holds end. Any thread."""
         with self._lock:
             self.min_epoch = max(self.min_epoch, gen)
-            self._senders = {}
+            # (a sender already in an epoch of this rollback keeps its order: the call is
+            # made again by the executor thread, after frames of the new epoch may be in)
+            self._senders = {s: st for s, st in self._senders.items() if st.epoch >= gen}
             self._held = {}
             self.reconstructed = False
         self.queue._wake()

@@ -364,3 +364,26 @@ def test_a_savepoint_without_a_new_components_state_starts_it_empty(tmp_path):
     core.connect({})
     core._open()
     assert len(core.checkpoint.state) == 0 and not core.checkpoint.paused
+
+
+def test_a_lost_message_is_sent_again_only_while_it_matters():
+    """Ray fails a call to an actor that is restarting; the coordinator's actor sends such
+    a message again when the core says it still matters (a lost trigger held its round
+    for the whole timeout, 60 s, in a restarted chain)."""
+    from actors.state._coordinator import Action
+
+    c = _coordinator()
+    (trigger,) = c.tick(600.0)
+    assert c.still_current(trigger._replace(tasks=(3,)))
+    for t in (1, 2, 3):
+        c.prepared(t, 1, 0, 600.1)
+    assert not c.still_current(trigger._replace(tasks=(3,)))  # that round committed
+    assert c.still_current(Action("commit", (1,), (1, False)))
+    g = c.restarted(1, 601.0)[0]
+    assert c.still_current(Action("rollback", (2,), (g, 1, False, ())))
+    c.paused(2, g, 601.1)
+    assert not c.still_current(Action("rollback", (2,), (g, 1, False, ())))  # it paused
+    assert not c.still_current(Action("resume", (2,), (g,)))  # not before the resume
+    c.paused(1, g, 601.2), c.paused(3, g, 601.2)
+    assert c.still_current(Action("resume", (2,), (g,)))
+    assert not c.still_current(Action("resume", (2,), (g - 1,)))

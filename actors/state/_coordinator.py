@@ -407,6 +407,22 @@ class CoordinatorCore:
                                        (self.gen, cid, self.final, finished))
         return [self._rollback_action]
 
+    def still_current(self, action: Action) -> bool:
+        """Whether ``action`` (to one task, its call failed) still matters, so it is sent
+        again: a trigger of the round in flight, a commit of a kept checkpoint, the current
+        rollback to a task that has not paused, the current resume."""
+        kind, args = action.kind, action.args
+        if self.failure is not None:
+            return False
+        if kind == "trigger":
+            return args[0] == self.gen and args[1] == self.round
+        if kind == "commit":
+            return args[0] in self.committed
+        if kind == "rollback":
+            return (args[0] == self.gen and self.waiting is not None
+                    and action.tasks[0] in self.waiting)
+        return kind == "resume" and args[0] == self.gen and self.waiting is None
+
     def lost(self, task: int, checkpoint_id: int | None, where: str, now: float
              ) -> list[Action]:
         """``task``'s state for ``checkpoint_id`` is not in its store at all (``where``:

@@ -15,6 +15,8 @@ logger = logging.getLogger("storm_on_ray.checkpoint")
 #: the coordinator opens its log again this often (s) while it cannot (Redis away); a
 #: restarted task's ask and ``state()`` wait for it this long (s)
 LOG_OPEN_RETRY_S = 1.0
+#: a message whose call failed goes again this long after (s): the actor restarts
+RESEND_AFTER_S = 0.5
 LOG_WAIT_S = 5.0
 #: the GCS flag set once the log has recorded a round (see ``CoordinatorCore``'s
 #: ``log_expected``)
@@ -58,6 +60,9 @@ def _ray_actor():
             self._started = False
             self._start_wanted = False
             self.core: CoordinatorCore | None = None
+            #: messages sent and not yet answered; lost ones waiting to go again
+            self._sent: list = []
+            self._resend: list = []
             self.provider = None
             self._opened = threading.Event()
             restarted = not first_start(prefix, "checkpoints")
@@ -134,9 +139,37 @@ def _ray_actor():
             for a in actions:
                 for t in a.tasks:
                     try:
-                        self._handle(t).checkpoint.remote(a.kind, t, *a.args)
+                        ref = self._handle(t).checkpoint.remote(a.kind, t, *a.args)
                     except Exception as e:  # an actor being restarted: it rejoins itself
                         logger.warning("checkpoint %s to task %d not sent: %s", a.kind, t, e)
+                        continue
+                    self._sent.append((ref, a._replace(tasks=(t,))))
+
+        def _resend_lost(self, now: float) -> None:
+            """A message whose call failed (Ray fails a call to an actor that is
+            restarting: at-most-once actor tasks) is sent again, after
+            :data:`RESEND_AFTER_S`, while it still matters
+            (:meth:`CoordinatorCore.still_current`): a lost trigger would hold its round
+            until the timeout, a lost resume or commit a task for good. Timer thread,
+            under the lock."""
+            if self._sent:
+                refs = [r for r, _ in self._sent]
+                done = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
+                kept = []
+                for ref, a in self._sent:
+                    if ref not in done:
+                        kept.append((ref, a))
+                        continue
+                    try:
+                        ray.get(ref)
+                    except Exception as e:
+                        logger.warning("checkpoint %s to task %d lost (%s); sent again",
+                                       a.kind, a.tasks[0], type(e).__name__)
+                        self._resend.append((now + RESEND_AFTER_S, a))
+                self._sent = kept
+            due = [a for at, a in self._resend if at <= now]
+            self._resend = [(at, a) for at, a in self._resend if at > now]
+            self._send([a for a in due if self.core.still_current(a)])
 
         def _mark_log(self) -> None:
             """Record in the GCS that this submit's log holds rounds: a coordinator
@@ -163,7 +196,9 @@ def _ray_actor():
             while not self._stopped:
                 try:
                     with self._lock:
-                        self._send(self.core.tick(time.monotonic()))
+                        now = time.monotonic()
+                        self._send(self.core.tick(now))
+                        self._resend_lost(now)
                 except Exception:  # a bug: seen, and the rounds go on (a dead timer
                     logger.exception("checkpoint timer")  # would end them for good)
                 time.sleep(min(0.05, self.core.interval_s / 4))
