@@ -87,8 +87,9 @@ class ParquetTable:
 
 def write_events(config: GeneratorConfig, out_dir: str | os.PathLike) -> dict[str, int]:
     """Write every event of ``config`` to ``person.parquet``, ``auction.parquet`` and
-    ``bid.parquet`` in ``out_dir`` (made if missing), each in arrival order (one task).
-    Blocks until written; about as long as generating the events (see docs/nexmark.md).
+    ``bid.parquet`` in ``out_dir`` (made if missing), each in arrival order (one task):
+    by the columnar generator, a batch of ids at a time, or with delays (whose order
+    only the per-event stream gives) one event at a time. Blocks until written.
 
     Returns:
         Rows written per kind.
@@ -102,6 +103,23 @@ def write_events(config: GeneratorConfig, out_dir: str | os.PathLike) -> dict[st
         raise FileExistsError(f"{out} already holds {', '.join(taken)}; give an empty or new "
                               f"directory")
     out.mkdir(parents=True, exist_ok=True)
+    if not config.delayed:
+        import pyarrow.parquet as pq
+
+        from benchmarks.nexmark._columnar import ColumnarGenerator
+
+        rows = dict.fromkeys(KINDS, 0)
+        writers = {kind: pq.ParquetWriter(out / f"{kind}.parquet.partial", arrow_schema(kind))
+                   for kind in KINDS}
+        for _, batches in ColumnarGenerator(NexmarkGenerator(config)).task_batches(
+                batch_events=ROW_GROUP_ROWS):
+            for kind, batch in batches.items():
+                writers[kind].write_batch(batch)
+                rows[kind] += batch.num_rows
+        for kind, writer in writers.items():
+            writer.close()
+            os.replace(out / f"{kind}.parquet.partial", out / f"{kind}.parquet")
+        return rows
     tables = {kind: ParquetTable(out / f"{kind}.parquet", arrow_schema(kind)) for kind in KINDS}
     by_type = {t: tables[kind] for kind, t in KINDS.items()}
     for _, event in EventStream(NexmarkGenerator(config)):
