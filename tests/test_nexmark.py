@@ -191,6 +191,12 @@ def test_config_refuses_bad_values(bad):
     (["generate", "--events", "10", "--out", "{tmp}"], "already holds bid.parquet"),
     (["run", "--query", "q0", "--events", "10", "--out", "{tmp}/r.parquet", "--check",
       "--data", "{tmp}/none"], "lacks person.parquet"),
+    (["run", "--query", "q0", "--mode", "rows", "--events", "10", "--out", "{tmp}/r.parquet"],
+     "invalid choice"),
+    (["run", "--query", "q3", "--mode", "batch", "--events", "10", "--out", "{tmp}/r.parquet"],
+     "q3 runs in mode tuple"),
+    (["run", "--query", "q1", "--mode", "batch", "--events", "10", "--prob-delayed-event",
+      "0.1", "--out", "{tmp}/r.parquet"], "cannot delay them"),
 ])
 def test_bad_input_is_refused_before_anything_starts(tmp_path, capsys, argv, says):
     (tmp_path / "exists.parquet").write_bytes(b"")
@@ -236,13 +242,15 @@ def test_the_check_reports_the_rows_that_differ(data, tmp_path):
 # -- q0-q4 on the session's Ray, checked against DuckDB ------------------------------------
 
 
-@pytest.mark.parametrize("query, parallelism", [("q0", 1), ("q1", 1), ("q2", 1), ("q3", 1),
-                                                ("q4", 1), ("q4", 2)])
-def test_query_equals_duckdb(cluster, data, tmp_path, capsys, query, parallelism):
+@pytest.mark.parametrize("query, parallelism, mode", [
+    ("q0", 1, "tuple"), ("q1", 1, "tuple"), ("q2", 1, "tuple"), ("q3", 1, "tuple"),
+    ("q4", 1, "tuple"), ("q4", 2, "tuple"),
+    ("q0", 1, "batch"), ("q1", 2, "batch"), ("q2", 1, "batch")])
+def test_query_equals_duckdb(cluster, data, tmp_path, capsys, query, parallelism, mode):
     out = tmp_path / f"{query}.parquet"
-    status = main(["run", "--query", query, "--events", str(CHECK_EVENTS), "--seed",
-                   str(CHECK_SEED), "--parallelism", str(parallelism), "--out", str(out),
-                   "--check", "--data", str(data)])
+    status = main(["run", "--query", query, "--mode", mode, "--events", str(CHECK_EVENTS),
+                   "--seed", str(CHECK_SEED), "--parallelism", str(parallelism), "--out",
+                   str(out), "--check", "--data", str(data)])
     printed = capsys.readouterr().out
     assert status == 0, printed
     assert f"CHECK PASSED {query}" in printed

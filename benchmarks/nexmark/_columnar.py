@@ -248,10 +248,16 @@ class ColumnarGenerator:
         if not 0 <= position <= count:
             raise ValueError(f"position {position} outside [0, {count}]")
         for start in range(position, count, batch_events):
-            pos = np.arange(start, min(start + batch_events, count), dtype=np.int64)
-            block, offset = np.divmod(pos, g.PROPORTION_DENOMINATOR)
-            ids = (task + block * tasks) * g.PROPORTION_DENOMINATOR + offset
+            ids = self.task_ids(task, tasks, start, min(start + batch_events, count))
             yield len(ids), self.batches(ids, kinds)
+
+    @staticmethod
+    def task_ids(task: int, tasks: int, start: int, stop: int) -> np.ndarray:
+        """The event ids at positions ``start .. stop - 1`` of task ``task`` of ``tasks``
+        (``_generator.task_event_id`` of each), an ascending ``int64`` array."""
+        block, offset = np.divmod(np.arange(start, stop, dtype=np.int64),
+                                  g.PROPORTION_DENOMINATOR)
+        return (task + block * tasks) * g.PROPORTION_DENOMINATOR + offset
 
 
 def _byte_lengths(column: pa.Array) -> np.ndarray:

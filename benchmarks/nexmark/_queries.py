@@ -343,6 +343,9 @@ class ResultFileSink(BatchBolt):
     With ``latency=True`` it keeps, per tuple, the wall-clock ms from the tuple's
     ``emitTime`` to the sink taking the batch that holds it, in ``latencies_ms``.
 
+    In batch mode (``_batch``) each tuple is ``(batch, emitTime)``: the record batch's
+    columns are written as they are, and every row's latency is its batch's.
+
     Attributes (readable with ``handle.task_state``):
         rows: rows written; finished_at: wall-clock time (epoch s) the file was complete.
 
@@ -385,6 +388,13 @@ class ResultFileSink(BatchBolt):
 
     def execute_batch(self, tuples) -> None:
         now = _now_ms()
+        if tuples[0].fields[0] == "batch":  # batch mode: (record batch, emitTime) each
+            for t in tuples:
+                batch, stamp = t.values
+                self._table.extend_arrow(batch)
+                if self.latency:
+                    self.latencies_ms.extend([now - stamp] * batch.num_rows)
+            return
         start = 0
         while start < len(tuples):  # runs of one stream (one Fields object): usually one
             fields = tuples[start].fields
@@ -413,6 +423,7 @@ class Query:
         kinds: the event streams it reads.
         stateful: keeps checkpointed keyed state (q3, q4).
         latency_component: the component whose ``latencies_ms`` measure its latency.
+        modes: ``tuple`` (every query), ``batch`` (Arrow record batches: q0-q2).
     """
 
     name: str
@@ -420,11 +431,21 @@ class Query:
     kinds: tuple[str, ...]
     stateful: bool
     latency_component: str
+    modes: tuple[str, ...] = ("tuple",)
 
     def build(self, config: GeneratorConfig, out: str, parallelism: int = 1,
-              events_per_s: float | None = None):
+              events_per_s: float | None = None, mode: str = "tuple"):
         """The topology (``StormTopology``) writing this query's result to ``out``:
-        spout and query bolts with ``parallelism`` tasks each, one sink task."""
+        spout and query bolts with ``parallelism`` tasks each, one sink task.
+
+        Raises:
+            ValueError: a mode this query does not run in.
+        """
+        if mode not in self.modes:
+            raise ValueError(f"{self.name} runs in mode {' or '.join(self.modes)}, not "
+                             f"{mode!r}")
+        if mode == "batch":
+            return self._build_batch(config, out, parallelism, events_per_s)
         b = TopologyBuilder()
         b.set_spout("events", NexmarkSpout(config, self.kinds, events_per_s), parallelism)
         sink = ResultFileSink(out, RESULT_COLUMNS[self.name], latency=self.name != "q4")
@@ -448,11 +469,30 @@ class Query:
             b.set_bolt("sink", sink).global_grouping("average")
         return b.create_topology()
 
+    def _build_batch(self, config: GeneratorConfig, out: str, parallelism: int,
+                     events_per_s: float | None):
+        from benchmarks.nexmark._batch import (
+            ArrowCurrencyConversion,
+            ArrowSelection,
+            NexmarkBatchSpout,
+        )
+
+        b = TopologyBuilder()
+        b.set_spout("events", NexmarkBatchSpout(config, self.kinds, events_per_s), parallelism)
+        sink = ResultFileSink(out, RESULT_COLUMNS[self.name])
+        if self.name == "q0":
+            b.set_bolt("sink", sink).global_grouping("events", "bid")
+        else:
+            bolt = ArrowCurrencyConversion() if self.name == "q1" else ArrowSelection()
+            b.set_bolt(self.name, bolt, parallelism).local_or_shuffle_grouping("events", "bid")
+            b.set_bolt("sink", sink).global_grouping(self.name)
+        return b.create_topology()
+
 
 QUERIES: dict[str, Query] = {q.name: q for q in (
-    Query("q0", "pass-through", ("bid",), False, "sink"),
-    Query("q1", "currency conversion", ("bid",), False, "sink"),
-    Query("q2", "selection", ("bid",), False, "sink"),
+    Query("q0", "pass-through", ("bid",), False, "sink", ("tuple", "batch")),
+    Query("q1", "currency conversion", ("bid",), False, "sink", ("tuple", "batch")),
+    Query("q2", "selection", ("bid",), False, "sink", ("tuple", "batch")),
     Query("q3", "local item suggestion", ("person", "auction"), True, "sink"),
     Query("q4", "average price per category", ("auction", "bid"), True, "winning_bids"),
 )}
