@@ -254,3 +254,20 @@ def test_query_equals_duckdb(cluster, data, tmp_path, capsys, query, parallelism
     printed = capsys.readouterr().out
     assert status == 0, printed
     assert f"CHECK PASSED {query}" in printed
+
+
+# -- the Bytewax flows of the bench, checked by the same SQL -------------------------------
+
+
+@pytest.mark.parametrize("query", ["q0", "q1", "q2", "q3", "q4"])
+def test_bytewax_flow_equals_duckdb(data, tmp_path, query):
+    pytest.importorskip("bytewax")
+    from benchmarks.nexmark import check
+    from benchmarks.nexmark._bytewax import run_flow
+
+    out = tmp_path / f"{query}.parquet"
+    ran = run_flow(query, GeneratorConfig(events=CHECK_EVENTS, seed=CHECK_SEED), str(out))
+    result = check(query, out, data)
+    assert result.passed, result.report
+    assert ran["rows"] == result.rows > 0
+    assert len(ran["latencies_ms"]) == (18_400 if query == "q4" else ran["rows"])
