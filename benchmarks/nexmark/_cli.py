@@ -6,7 +6,7 @@
         [--rate R] [--parallelism K] [--workers W] [--policy P] [--events-per-s E]
         --out FILE.parquet [--check [--data DIR]]
     python -m benchmarks.nexmark bench [--events 1000000] [--latency-events N]
-        [--queries q0 q1 ...]
+        [--queries q0 q1 ...] [--modes tuple batch] [--no-bytewax]
 
 ``generate`` writes person.parquet, auction.parquet and bid.parquet; ``run`` runs the
 query's topology on the spout-side generator (the same events as ``generate`` for the
@@ -126,13 +126,17 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--data", type=Path, default=None,
                    help="with --check: the generated Parquet to use (else generated into a "
                         "temporary directory)")
-    b = sub.add_parser("bench", help="q0-q4, the generator alone, latency at 50%% of max; "
-                                     "writes benchmarks/results/nexmark.json and the table "
-                                     "in docs/nexmark.md")
+    b = sub.add_parser("bench", help="q0-q4 per tuple, in batch mode and in Bytewax, the "
+                                     "generators alone, latency at 50%% of max; writes "
+                                     "benchmarks/results/nexmark.json and the table in "
+                                     "docs/nexmark.md")
     _add_events(b, events_default=1_000_000)
     b.add_argument("--latency-events", type=_positive_int, default=None,
                    help="events of each paced latency run (default: --events)")
     b.add_argument("--queries", nargs="+", choices=sorted(QUERIES), default=sorted(QUERIES))
+    b.add_argument("--modes", nargs="+", choices=("tuple", "batch"), default=["tuple", "batch"],
+                   help="storm-on-ray's modes to run (batch where a query has it)")
+    b.add_argument("--no-bytewax", action="store_true", help="leave Bytewax's rows out")
     return ap
 
 
@@ -145,6 +149,10 @@ def _refuse(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
                      f"directory, or delete them")
         if args.out.exists() and not args.out.is_dir():
             ap.error(f"--out {args.out} is a file: give a directory")
+    elif args.command == "bench":
+        if args.prob_delayed_event > 0 and "batch" in args.modes:
+            ap.error("batch mode cannot delay events: drop --prob-delayed-event, or give "
+                     "--modes tuple")
     elif args.command == "run":
         modes = QUERIES[args.query].modes
         if args.mode not in modes:

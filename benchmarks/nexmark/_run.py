@@ -42,6 +42,9 @@ class QueryRun:
         mode: ``tuple`` or ``batch``.
         peak_rss_mb: the highest sum of the resident memory (MiB) of the topology's
             processes and the driver, sampled every 0.1 s while it ran.
+        cpu_by_stage: ``cpu_s`` split: ``spout`` (the processes of the spout's tasks,
+            with the bolts chained into them), ``downstream`` (every other topology
+            process) and ``driver``.
     """
 
     query: str
@@ -56,6 +59,7 @@ class QueryRun:
     load_1m: tuple[float, float] = (0.0, 0.0)
     mode: str = "tuple"
     peak_rss_mb: float = 0.0
+    cpu_by_stage: dict = field(default_factory=dict)
 
     @property
     def events_per_s(self) -> float:
@@ -145,6 +149,18 @@ def topology_processes(handle) -> list[psutil.Process]:
     return procs + [psutil.Process(os.getpid())]
 
 
+def _stages(handle, procs: list[psutil.Process]) -> dict[str, list[psutil.Process]]:
+    """``procs`` (from :func:`topology_processes`, the driver last) by stage: the spout's
+    tasks' processes, the other topology processes, the driver."""
+    import ray
+
+    tasks = handle.task_state("events", "started_at")
+    spout = set(ray.get([handle.actors[t].pid.remote() for t in tasks], timeout=60))
+    return {"spout": [p for p in procs[:-1] if p.pid in spout],
+            "downstream": [p for p in procs[:-1] if p.pid not in spout],
+            "driver": procs[-1:]}
+
+
 def run_query(cluster, query: str, config: GeneratorConfig, out: str, parallelism: int = 1,
               conf: dict | None = None, events_per_s: float | None = None,
               name: str | None = None, mode: str = "tuple") -> QueryRun:
@@ -174,6 +190,8 @@ def run_query(cluster, query: str, config: GeneratorConfig, out: str, parallelis
     handle = cluster.submit_topology(name, conf, topology)
     try:
         procs = topology_processes(handle)
+        stages = _stages(handle, procs)
+        stage0 = {k: _cpu_s(v) for k, v in stages.items()}
         cpu0, machine0 = _cpu_s(procs), _busy_cpu_s()
         rss = PeakRss(procs).start()
         if not handle.wait(RUN_TIMEOUT_S):
@@ -183,6 +201,7 @@ def run_query(cluster, query: str, config: GeneratorConfig, out: str, parallelis
         wall_s = time.perf_counter() - wall0
         peak_rss_mb = rss.stop()
         cpu_s = _cpu_s(procs) - cpu0
+        by_stage = {k: _cpu_s(v) - stage0[k] for k, v in stages.items()}
         machine_cpu_s = _busy_cpu_s() - machine0
         started = [t for t in handle.task_state("events", "started_at").values() if t]
         sink = handle.task_state("sink", "finished_at")
@@ -194,4 +213,4 @@ def run_query(cluster, query: str, config: GeneratorConfig, out: str, parallelis
         cluster.kill_topology(name)
     return QueryRun(query, config.events, rows, max(sink.values()) - min(started), wall_s,
                     cpu_s, machine_cpu_s, latencies, events_per_s,
-                    (load0, os.getloadavg()[0]), mode, peak_rss_mb)
+                    (load0, os.getloadavg()[0]), mode, peak_rss_mb, by_stage)
