@@ -16,8 +16,9 @@ from __future__ import annotations
 import time
 
 from benchmarks.nexmark._generator import GeneratorConfig, NexmarkGenerator, task_event_count
-from benchmarks.nexmark._model import EMIT_TIME, KINDS
-from topology import BatchBolt, StatefulSpout
+from benchmarks.nexmark._model import EMIT_TIME
+from benchmarks.nexmark._queries import EventSpout
+from topology import BatchBolt
 
 #: the field holding a record batch
 BATCH = "batch"
@@ -31,7 +32,7 @@ DEFAULT_BATCH_EVENTS = 8_192
 BATCH_COMPONENT_CONF = {"topology.producer.batch.size": 1}
 
 
-class NexmarkBatchSpout(StatefulSpout):
+class NexmarkBatchSpout(EventSpout):
     """Generates the Nexmark events a batch of ids at a time (``batch_events`` per
     ``next_tuple`` call, fewer when paced) and emits, per kind of ``kinds``, one tuple
     ``(record batch, emitTime)`` on the stream named after the kind. Every kind is
@@ -62,21 +63,10 @@ class NexmarkBatchSpout(StatefulSpout):
         if config.delayed:
             raise ValueError("batch mode emits in id order: it cannot delay events "
                              "(prob_delayed_event > 0); run the query per tuple")
-        unknown = set(kinds) - set(KINDS)
-        if unknown or not kinds:
-            raise ValueError(f"kinds must be a non-empty subset of {sorted(KINDS)}, got "
-                             f"{list(kinds)}")
-        if events_per_s is not None and events_per_s <= 0:
-            raise ValueError(f"events_per_s must be > 0 or None, got {events_per_s}")
         if batch_events < 1:
             raise ValueError(f"batch_events must be >= 1, got {batch_events}")
-        self.config = config
-        self.kinds = tuple(kinds)
-        self.events_per_s = events_per_s
+        super().__init__(config, kinds, events_per_s)
         self.batch_events = batch_events
-        self.total_items = config.events
-        self.started_at: float | None = None
-        self.finished_at: float | None = None
 
     def get_component_configuration(self) -> dict:
         """:data:`BATCH_COMPONENT_CONF`."""
@@ -125,10 +115,6 @@ class NexmarkBatchSpout(StatefulSpout):
                 self._collector.emit((batches[kind], stamp), kind)
         if self.taken >= self._count:
             self.finished_at = time.time()
-
-    def progress(self) -> int:
-        """Events of this task out so far (emitted or filtered by kind)."""
-        return self.taken
 
 
 class _ArrowBolt(BatchBolt):

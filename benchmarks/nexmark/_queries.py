@@ -70,7 +70,36 @@ def _now_ms() -> float:
     return time.time() * 1000.0
 
 
-class NexmarkSpout(StatefulSpout):
+class EventSpout(StatefulSpout):
+    """What both Nexmark spouts share: the config, the kinds emitted, the pace, the
+    timestamps of the first call and the last emit.
+
+    Raises:
+        ValueError: unknown or no kinds, a non-positive pace.
+    """
+
+    def __init__(self, config: GeneratorConfig, kinds: tuple[str, ...] = ("bid",),
+                 events_per_s: float | None = None) -> None:
+        unknown = set(kinds) - set(KINDS)
+        if unknown or not kinds:
+            raise ValueError(f"kinds must be a non-empty subset of {sorted(KINDS)}, got "
+                             f"{list(kinds)}")
+        if events_per_s is not None and events_per_s <= 0:
+            raise ValueError(f"events_per_s must be > 0 or None, got {events_per_s}")
+        self.config = config
+        self.kinds = tuple(kinds)
+        self.events_per_s = events_per_s
+        self.total_items = config.events
+        self.started_at: float | None = None
+        self.finished_at: float | None = None
+        self.taken = 0
+
+    def progress(self) -> int:
+        """Events of this task out so far (emitted or filtered by kind)."""
+        return self.taken
+
+
+class NexmarkSpout(EventSpout):
     """Generates the Nexmark events in its tasks and emits them on the streams ``person``,
     ``auction`` and ``bid`` (the event's fields, then ``emitTime``: the wall-clock emit
     time, epoch ms, float).
@@ -99,19 +128,8 @@ class NexmarkSpout(StatefulSpout):
 
     def __init__(self, config: GeneratorConfig, kinds: tuple[str, ...] = ("bid",),
                  events_per_s: float | None = None, burst: int = 500) -> None:
-        unknown = set(kinds) - set(KINDS)
-        if unknown or not kinds:
-            raise ValueError(f"kinds must be a non-empty subset of {sorted(KINDS)}, got "
-                             f"{list(kinds)}")
-        if events_per_s is not None and events_per_s <= 0:
-            raise ValueError(f"events_per_s must be > 0 or None, got {events_per_s}")
-        self.config = config
-        self.kinds = tuple(kinds)
-        self.events_per_s = events_per_s
+        super().__init__(config, kinds, events_per_s)
         self.burst = burst
-        self.total_items = config.events
-        self.started_at: float | None = None
-        self.finished_at: float | None = None
 
     def declare_output_fields(self, declarer) -> None:
         for kind in self.kinds:
@@ -169,10 +187,6 @@ class NexmarkSpout(StatefulSpout):
             stream_id = stream_of[type(event)]
             if stream_id is not None:
                 emit((*event, clock() * 1000.0), stream_id)
-
-    def progress(self) -> int:
-        """Events of this task out so far (emitted or filtered by kind)."""
-        return self.taken
 
 
 class CurrencyConversion(Bolt):
