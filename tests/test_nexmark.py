@@ -271,3 +271,19 @@ def test_bytewax_flow_equals_duckdb(data, tmp_path, query):
     assert result.passed, result.report
     assert ran["rows"] == result.rows > 0
     assert len(ran["latencies_ms"]) == (18_400 if query == "q4" else ran["rows"])
+
+
+def test_bytewax_process_peak_memory_is_its_own(tmp_path):
+    """A child's ``ru_maxrss`` keeps its parent's high-water mark across exec on Linux:
+    the Bytewax run's peak memory must be the child's own (VmHWM)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    ballast = bytearray(400 * 2**20)  # the parent's peak: 400 MiB resident
+    ballast[::4096] = b"x" * len(ballast[::4096])
+    code = "from benchmarks.nexmark._bytewax import peak_rss_mb; print(peak_rss_mb())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[1]).stdout
+    del ballast
+    assert 0 < float(out) < 300
