@@ -152,6 +152,8 @@ def test_columnar_and_per_event_generators_agree_on_every_field(seed):
                 for kind, batch in batches.items():
                     got[kind] += [tuple(r.values()) for r in batch.to_pylist()]
             assert got == per_event, (tasks, task)
+    # every channel's URL, made a column at a time, is the per-event generator's
+    assert columnar._urls.to_pylist()[:10_000] == [gen.channel_url(c) for c in range(10_000)]
     # a task goes on from a position, as a spout after a rollback
     whole = [b for _, b in columnar.task_batches(1, 3, batch_events=50)]
     assert [b for _, b in columnar.task_batches(1, 3, position=100, batch_events=50)] == whole[2:]

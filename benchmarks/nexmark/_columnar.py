@@ -7,7 +7,8 @@ ids with the same float64 and 64-bit integer operations, so the two agree on eve
 of every event (tests/test_nexmark.py checks them against each other). Strings are built
 as Arrow buffers: a word's bytes are its draws' bytes through the same tables; ``extra``
 is a slice of the same pool; names, cities, states, channels and their URLs are taken
-from tables by index.
+from tables by index (the 10,000 channels' URLs made a column at a time when the
+generator is built).
 
 Events come in id order; delays (``prob_delayed_event``) change the per-event stream's
 order only, so they are not applied here (:meth:`ColumnarGenerator.task_batches` refuses
@@ -80,7 +81,8 @@ class ColumnarGenerator:
     ``bid``, with ``_model.arrow_schema``'s columns), the same events as
     ``NexmarkGenerator`` makes one at a time.
 
-    Not thread-safe (the channel URL table grows as channels are first used).
+    Not thread-safe (numpy and Arrow buffers are built per call). Building one makes the
+    10,000 channels' URLs.
 
     Args:
         generator: the per-event generator whose config, ``extra`` pool and channel URLs
@@ -97,17 +99,28 @@ class ColumnarGenerator:
         # channel i < NUM_CHANNELS is "channel-i"; NUM_CHANNELS + i the hot channel i
         self._channels = pa.array([f"channel-{n}" for n in range(g.NUM_CHANNELS)]
                                   + list(g.HOT_CHANNELS))
-        self._urls: list[str | None] = [None] * g.NUM_CHANNELS + list(generator.hot_urls)
-        self._url_array: pa.StringArray | None = None
+        self._urls = self._url_table()
+
+    def _url_table(self) -> pa.StringArray:
+        """Every channel's URL (``NexmarkGenerator.channel_url``, a column at a time),
+        then the hot channels'."""
+        import pyarrow.compute as pc
+
+        channel = np.arange(g.NUM_CHANNELS, dtype=np.uint64)
+        keys = _draw.event_keys_np(self._skey, channel + np.uint64(_draw.CHANNEL_ID))
+        n = len(channel)
+        parts = [_constant("https://www.nexmark.com/", n)]
+        for i in range(3):
+            parts += [_word(keys, 3 + i, _lengths(keys, i, 5), 5, "_"), _constant("/", n)]
+        parts[-1] = _constant("/item.htm?query=1", n)
+        ids = pa.array(_bit_reverse32(channel.astype(np.int64))).cast(pa.string())
+        suffix = pc.if_else(pa.array(_draw.choice_np(keys, 6, 10) > 0),
+                            pc.binary_join_element_wise("&channel_id=", ids, ""), "")
+        urls = pc.binary_join_element_wise(_string_array(parts), suffix, "")
+        return pa.concat_arrays([urls, pa.array(self.generator.hot_urls, pa.string())])
 
     def _url_column(self, channel: np.ndarray) -> pa.Array:
-        missing = [int(c) for c in np.unique(channel[channel < g.NUM_CHANNELS])
-                   if self._urls[c] is None]
-        for c in missing:
-            self._urls[c] = self.generator.channel_url(c)
-        if missing or self._url_array is None:
-            self._url_array = pa.array(self._urls, type=pa.string())
-        return self._url_array.take(channel)
+        return self._urls.take(channel)
 
     def _extra(self, keys: np.ndarray, j_size: int, current, average: int) -> pa.StringArray:
         sizes = _extra_sizes(_draw.unit_np(_draw.draw_np(keys, j_size)), current, average)
@@ -258,6 +271,14 @@ class ColumnarGenerator:
         block, offset = np.divmod(np.arange(start, stop, dtype=np.int64),
                                   g.PROPORTION_DENOMINATOR)
         return (task + block * tasks) * g.PROPORTION_DENOMINATOR + offset
+
+
+def _bit_reverse32(n: np.ndarray) -> np.ndarray:
+    """``_generator._bit_reverse32`` of each element (``int64``, 0 <= n < 2**31)."""
+    r = np.zeros_like(n)
+    for b in range(32):
+        r |= ((n >> b) & 1) << (31 - b)
+    return np.where(r >= 1 << 31, (1 << 32) - r, r)
 
 
 def _byte_lengths(column: pa.Array) -> np.ndarray:
