@@ -135,8 +135,44 @@ def test_a_stream_goes_on_from_its_position_and_held_events():
     assert head + rest == whole
 
 
+@pytest.mark.parametrize("seed", [0, 7, 2**64 - 1])
+def test_columnar_and_per_event_generators_agree_on_every_field(seed):
+    from benchmarks.nexmark._columnar import ColumnarGenerator
+
+    config = GeneratorConfig(events=5_017, seed=seed, rate=3_000)
+    gen = NexmarkGenerator(config)
+    columnar = ColumnarGenerator(gen)
+    for tasks in (1, 3):
+        for task in range(tasks):
+            per_event = {kind: [] for kind in ("person", "auction", "bid")}
+            for _, e in EventStream(gen, task, tasks):
+                per_event[type(e).__name__.lower()].append(tuple(e))
+            got = {kind: [] for kind in per_event}
+            for _, batches in columnar.task_batches(task, tasks, batch_events=700):
+                for kind, batch in batches.items():
+                    got[kind] += [tuple(r.values()) for r in batch.to_pylist()]
+            assert got == per_event, (tasks, task)
+    # every channel's URL, made a column at a time, is the per-event generator's
+    assert columnar._urls.to_pylist()[:10_000] == [gen.channel_url(c) for c in range(10_000)]
+    # a task goes on from a position, as a spout after a rollback
+    whole = [b for _, b in columnar.task_batches(1, 3, batch_events=50)]
+    assert [b for _, b in columnar.task_batches(1, 3, position=100, batch_events=50)] == whole[2:]
+
+
+def test_columnar_generator_refuses_delays_and_bad_batches():
+    from benchmarks.nexmark._columnar import ColumnarGenerator
+
+    delayed = ColumnarGenerator(NexmarkGenerator(GeneratorConfig(events=10,
+                                                                  prob_delayed_event=0.5)))
+    with pytest.raises(ValueError, match="does not apply delays"):
+        next(delayed.task_batches())
+    columnar = ColumnarGenerator(NexmarkGenerator(GeneratorConfig(events=10)))
+    with pytest.raises(ValueError, match="batch_events"):
+        next(columnar.task_batches(batch_events=0))
+
+
 @pytest.mark.parametrize("bad", [dict(events=0), dict(events=10, rate=0),
-                                 dict(events=10, seed=-1),
+                                 dict(events=10, seed=-1), dict(events=10, seed=2**64),
                                  dict(events=10, prob_delayed_event=1.5)])
 def test_config_refuses_bad_values(bad):
     with pytest.raises(ValueError):
@@ -157,6 +193,12 @@ def test_config_refuses_bad_values(bad):
     (["generate", "--events", "10", "--out", "{tmp}"], "already holds bid.parquet"),
     (["run", "--query", "q0", "--events", "10", "--out", "{tmp}/r.parquet", "--check",
       "--data", "{tmp}/none"], "lacks person.parquet"),
+    (["run", "--query", "q0", "--mode", "rows", "--events", "10", "--out", "{tmp}/r.parquet"],
+     "invalid choice"),
+    (["run", "--query", "q3", "--mode", "batch", "--events", "10", "--out", "{tmp}/r.parquet"],
+     "q3 runs in mode tuple"),
+    (["run", "--query", "q1", "--mode", "batch", "--events", "10", "--prob-delayed-event",
+      "0.1", "--out", "{tmp}/r.parquet"], "cannot delay them"),
 ])
 def test_bad_input_is_refused_before_anything_starts(tmp_path, capsys, argv, says):
     (tmp_path / "exists.parquet").write_bytes(b"")
@@ -202,13 +244,48 @@ def test_the_check_reports_the_rows_that_differ(data, tmp_path):
 # -- q0-q4 on the session's Ray, checked against DuckDB ------------------------------------
 
 
-@pytest.mark.parametrize("query, parallelism", [("q0", 1), ("q1", 1), ("q2", 1), ("q3", 1),
-                                                ("q4", 1), ("q4", 2)])
-def test_query_equals_duckdb(cluster, data, tmp_path, capsys, query, parallelism):
+@pytest.mark.parametrize("query, parallelism, mode", [
+    ("q0", 1, "tuple"), ("q1", 1, "tuple"), ("q2", 1, "tuple"), ("q3", 1, "tuple"),
+    ("q4", 1, "tuple"), ("q4", 2, "tuple"),
+    ("q0", 1, "batch"), ("q1", 2, "batch"), ("q2", 1, "batch")])
+def test_query_equals_duckdb(cluster, data, tmp_path, capsys, query, parallelism, mode):
     out = tmp_path / f"{query}.parquet"
-    status = main(["run", "--query", query, "--events", str(CHECK_EVENTS), "--seed",
-                   str(CHECK_SEED), "--parallelism", str(parallelism), "--out", str(out),
-                   "--check", "--data", str(data)])
+    status = main(["run", "--query", query, "--mode", mode, "--events", str(CHECK_EVENTS),
+                   "--seed", str(CHECK_SEED), "--parallelism", str(parallelism), "--out",
+                   str(out), "--check", "--data", str(data)])
     printed = capsys.readouterr().out
     assert status == 0, printed
     assert f"CHECK PASSED {query}" in printed
+
+
+# -- the Bytewax flows of the bench, checked by the same SQL -------------------------------
+
+
+@pytest.mark.parametrize("query", ["q0", "q1", "q2", "q3", "q4"])
+def test_bytewax_flow_equals_duckdb(data, tmp_path, query):
+    pytest.importorskip("bytewax")
+    from benchmarks.nexmark import check
+    from benchmarks.nexmark._bytewax import run_flow
+
+    out = tmp_path / f"{query}.parquet"
+    ran = run_flow(query, GeneratorConfig(events=CHECK_EVENTS, seed=CHECK_SEED), str(out))
+    result = check(query, out, data)
+    assert result.passed, result.report
+    assert ran["rows"] == result.rows > 0
+    assert len(ran["latencies_ms"]) == (18_400 if query == "q4" else ran["rows"])
+
+
+def test_bytewax_process_peak_memory_is_its_own(tmp_path):
+    """A child's ``ru_maxrss`` keeps its parent's high-water mark across exec on Linux:
+    the Bytewax run's peak memory must be the child's own (VmHWM)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    ballast = bytearray(400 * 2**20)  # the parent's peak: 400 MiB resident
+    ballast[::4096] = b"x" * len(ballast[::4096])
+    code = "from benchmarks.nexmark._bytewax import peak_rss_mb; print(peak_rss_mb())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[1]).stdout
+    del ballast
+    assert 0 < float(out) < 300

@@ -2,11 +2,11 @@
 
     python -m benchmarks.nexmark generate --events N [--seed S] [--rate R]
         [--base-time T] [--occasional-delay-sec D --prob-delayed-event P] --out DIR
-    python -m benchmarks.nexmark run --query qK --events N [--seed S] [--rate R]
-        [--parallelism K] [--workers W] [--policy P] [--events-per-s E]
+    python -m benchmarks.nexmark run --query qK [--mode tuple|batch] --events N [--seed S]
+        [--rate R] [--parallelism K] [--workers W] [--policy P] [--events-per-s E]
         --out FILE.parquet [--check [--data DIR]]
     python -m benchmarks.nexmark bench [--events 1000000] [--latency-events N]
-        [--queries q0 q1 ...]
+        [--queries q0 q1 ...] [--modes tuple batch] [--no-bytewax]
 
 ``generate`` writes person.parquet, auction.parquet and bid.parquet; ``run`` runs the
 query's topology on the spout-side generator (the same events as ``generate`` for the
@@ -106,6 +106,9 @@ def parser() -> argparse.ArgumentParser:
                    help="directory (missing or without the three files)")
     r = sub.add_parser("run", help="run a query's topology and write its result")
     r.add_argument("--query", required=True, choices=sorted(QUERIES))
+    r.add_argument("--mode", default="tuple", choices=("tuple", "batch"),
+                   help="tuple: a tuple per event (every query); batch: Arrow record batches "
+                        "and batch bolts (q0, q1, q2); default %(default)s")
     _add_events(r)
     r.add_argument("--parallelism", type=_positive_int, default=1,
                    help="tasks of the spout and of each query bolt (default 1)")
@@ -123,13 +126,17 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--data", type=Path, default=None,
                    help="with --check: the generated Parquet to use (else generated into a "
                         "temporary directory)")
-    b = sub.add_parser("bench", help="q0-q4, the generator alone, latency at 50%% of max; "
-                                     "writes benchmarks/results/nexmark.json and the table "
-                                     "in docs/nexmark.md")
+    b = sub.add_parser("bench", help="q0-q4 per tuple, in batch mode and in Bytewax, the "
+                                     "generators alone, latency at 50%% of max; writes "
+                                     "benchmarks/results/nexmark.json and the table in "
+                                     "docs/nexmark.md")
     _add_events(b, events_default=1_000_000)
     b.add_argument("--latency-events", type=_positive_int, default=None,
                    help="events of each paced latency run (default: --events)")
     b.add_argument("--queries", nargs="+", choices=sorted(QUERIES), default=sorted(QUERIES))
+    b.add_argument("--modes", nargs="+", choices=("tuple", "batch"), default=["tuple", "batch"],
+                   help="storm-on-ray's modes to run (batch where a query has it)")
+    b.add_argument("--no-bytewax", action="store_true", help="leave Bytewax's rows out")
     return ap
 
 
@@ -142,7 +149,17 @@ def _refuse(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
                      f"directory, or delete them")
         if args.out.exists() and not args.out.is_dir():
             ap.error(f"--out {args.out} is a file: give a directory")
+    elif args.command == "bench":
+        if args.prob_delayed_event > 0 and "batch" in args.modes:
+            ap.error("batch mode cannot delay events: drop --prob-delayed-event, or give "
+                     "--modes tuple")
     elif args.command == "run":
+        modes = QUERIES[args.query].modes
+        if args.mode not in modes:
+            ap.error(f"--mode {args.mode}: {args.query} runs in mode {' or '.join(modes)}")
+        if args.mode == "batch" and args.prob_delayed_event > 0:
+            ap.error("--mode batch emits events in id order and cannot delay them: drop "
+                     "--prob-delayed-event, or use --mode tuple")
         if args.out.exists():
             ap.error(f"--out {args.out} exists: give a new path, or delete it")
         if args.out.parent.exists() and not args.out.parent.is_dir():
@@ -191,10 +208,10 @@ def run(args: argparse.Namespace) -> int:
     cluster = _cluster()
     try:
         r = run_query(cluster, args.query, config, str(args.out), args.parallelism, conf,
-                      args.events_per_s)
+                      args.events_per_s, mode=args.mode)
     finally:
         cluster.shutdown()
-    print(f"{args.query} ({QUERIES[args.query].title}): {r.events:,} events in "
+    print(f"{args.query} ({QUERIES[args.query].title}, {args.mode}): {r.events:,} events in "
           f"{r.seconds:.2f} s = {r.events_per_s:,.0f} events/s, "
           f"{r.events_per_cpu_s:,.0f} per CPU-s ({r.cpu_s:.1f} CPU-s); {r.rows:,} rows "
           f"→ {args.out}")

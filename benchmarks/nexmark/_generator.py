@@ -15,11 +15,12 @@ What it follows (Apache Beam's ``sdks/java/testing/nexmark``: ``Generator``,
   current block of 100, with ``1 - 1/hotBiddersRatio`` (4) the bidder is its second, and
   with ``1 - 1/hotAuctionRatio`` (2) a bid goes to the first auction of the current block
   of 100 auctions.
-* **Values.** Prices are ``round(10 ** (6u) * 100)`` cents for uniform ``u``; categories
-  10..14; states and cities from the specification's short lists (so that q3 finds
-  sellers in OR, ID and CA on small runs); ``extra`` pads an event to the average sizes
-  (person 200, auction 500, bid 100 bytes, within +-20%); an auction runs for
-  ``1 + U[0, 2h)`` ms, ``h`` being the event time until 100 more auctions exist.
+* **Values.** Prices are log-uniform in [100, 10**8] cents (``nextPrice``; here 2**16
+  steps of a table, ``_draw.PRICES``); categories 10..14; states and cities from the
+  specification's short lists (so that q3 finds sellers in OR, ID and CA on small runs);
+  ``extra`` pads an event to the average sizes (person 200, auction 500, bid 100 bytes,
+  within +-20%); an auction runs for ``1 + U[0, 2h)`` ms, ``h`` being the event time
+  until 100 more auctions exist.
 * **Event time.** Event ``i`` happens at ``base_time + floor(i * 1e6 / rate)`` us, in ms
   (``interEventDelayUs = 1e6 / rate``); the base is 2015-07-15T00:00Z as in Beam.
 * **Out of order** (off by default): with probability ``prob_delayed_event`` an event
@@ -31,11 +32,12 @@ What it follows (Apache Beam's ``sdks/java/testing/nexmark``: ``Generator``,
 
 Where it departs, and why:
 
-* **Each event is a pure function of (seed, event id)**: its own ``random.Random``,
-  seeded with ``seed * 2**66 + event_id`` (never ``hash()``, which is salted per
-  process), draws all of it, in this module's order. Beam seeds with the event id alone;
-  the seed here lets one run differ from another. Python's Mersenne Twister is not Java's
-  ``Random``: the values differ from Beam's, their distributions do not.
+* **Each event is a pure function of (seed, event id)**: every value of event ``i`` comes
+  from its own counter-based draws ``u(seed, i, j)`` (SplitMix64, ``_draw``), the
+  ``j``-th for a fixed field, so that one event costs no generator state and the columnar
+  generator (``_columnar``) computes whole columns of the same events in numpy. Beam
+  seeds a ``java.util.Random`` with the event id alone; the seed here lets one run differ
+  from another. The values differ from Beam's, their distributions do not.
 * **Parallel generators split the ids, on one timeline.** Beam splits the ids into
   contiguous ranges, each generator with its own clock. Here task ``k`` of ``n`` takes
   the blocks of 50 ids ``b`` with ``b % n == k``, each block keeping the 1 : 3 : 46 mix,
@@ -44,17 +46,17 @@ Where it departs, and why:
 * **Channel URLs** are a function of (seed, channel), not a table drawn once per
   process, so two processes agree.
 
-Pure Python (standard library only): the spout runs it in each task.
+Pure Python per event (numpy only for the tables the columnar generator shares): the
+spout runs it in each task.
 """
 
 from __future__ import annotations
 
 import heapq
-import random
-import string
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from benchmarks.nexmark import _draw
 from benchmarks.nexmark._model import Auction, Bid, Person
 
 #: 2015-07-15T00:00:00Z in epoch ms: Beam's Nexmark base time
@@ -89,33 +91,6 @@ LAST_NAMES = ("Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smit
 HOT_CHANNELS = ("Google", "Facebook", "Baidu", "Apple")
 NUM_CHANNELS = 10_000
 
-#: the shortest random word (Nexmark's ``MIN_STRING_LENGTH``)
-_MIN_STRING = 3
-#: ``extra`` is a slice of this many random letters, drawn once per seed
-_POOL_CHARS = 1 << 16
-_LETTERS = string.ascii_lowercase
-
-
-def _word_table(separator: str) -> bytes:
-    """Random byte → a word's character: 20 of the 256 values (1 in 12.8) are the
-    separator, the other 236 spread over the 26 letters (9 or 10 values each)."""
-    seps = 20
-    return bytes(ord(separator) if b < seps else ord(_LETTERS[(b - seps) * 26 // (256 - seps)])
-                 for b in range(256))
-
-
-_WORD_TABLES = {sep: _word_table(sep) for sep in (" ", "_")}
-
-#: ``random.Random``'s C seeding, which its Python ``seed`` calls for an int after type
-#: checks that cost as much as the seeding itself (and leaves ``gauss_next``, which this
-#: module never uses): the same generator state, at every event
-_seed_int = random.Random.__mro__[1].seed
-
-# what a seed key's bits 64-65 say it seeds: an event, a channel's URL, the extra pool,
-# a hot channel's URL
-_EVENT, _CHANNEL, _POOL, _HOT_URL = range(4)
-
-
 @dataclass(frozen=True)
 class GeneratorConfig:
     """What the event stream depends on (Nexmark's ``NexmarkConfiguration`` names in
@@ -123,7 +98,7 @@ class GeneratorConfig:
 
     Attributes:
         events: event ids ``0 .. events - 1``, all kinds counted (``numEvents``).
-        seed: a non-negative int; the same seed gives the same events.
+        seed: an int in ``[0, 2**64)``; the same seed gives the same events.
         rate: events per second of event time (``firstEventRate``); sets ``dateTime``
             only, not how fast anything runs.
         base_time: ``dateTime`` of event 0, epoch ms.
@@ -167,6 +142,8 @@ class GeneratorConfig:
         if not 0.0 <= self.prob_delayed_event <= 1.0:
             raise ValueError(f"prob_delayed_event must be in [0, 1], got "
                              f"{self.prob_delayed_event!r}")
+        if self.seed >= 1 << 64:
+            raise ValueError(f"seed must be below 2**64, got {self.seed}")
         if self.events >= 1 << 63:
             raise ValueError(f"events must be below 2**63, got {self.events}")
 
@@ -239,134 +216,165 @@ def _bit_reverse32(n: int) -> int:
     return abs(r - (1 << 32) if r >= 1 << 31 else r)
 
 
-class NexmarkGenerator:
-    """Makes the event of any id: ``event(i)`` depends on the config and ``i`` only.
+def extra_size(u: float, current_size: int, average_size: int) -> int:
+    """``extra``'s length from a unit draw: what brings an event of ``current_size``
+    bytes to ``average_size`` on average, within +-20% (Nexmark's ``nextExtra``); 0 when
+    it is already bigger."""
+    if current_size > average_size:
+        return 0
+    want = average_size - current_size
+    delta = int(want * 0.2 + 0.5)
+    return want - delta + (int(u * 2 * delta) if delta else 0)
 
-    Not thread-safe (one reusable ``random.Random``). Building one draws the ``extra`` pool
+
+#: person draws: first and last name, email words' lengths and bytes, card, city, state
+P_FIRST, P_LAST, P_EMAIL_LEN, P_DOMAIN_LEN, P_EMAIL, P_DOMAIN, P_CARD = 2, 3, 4, 5, 6, 7, 8
+P_CITY, P_STATE, P_EXTRA_SIZE, P_EXTRA_AT = 12, 13, 14, 15
+#: auction draws (the words' bytes last: item name 3 draws, description 13)
+A_HOT_SELLER, A_SELLER, A_CATEGORY, A_INITIAL, A_EXPIRES, A_RESERVE = 2, 3, 4, 5, 6, 7
+A_ITEM_LEN, A_DESC_LEN, A_EXTRA_SIZE, A_EXTRA_AT, A_ITEM, A_DESC = 8, 9, 10, 11, 12, 15
+#: bid draws
+B_HOT_AUCTION, B_AUCTION, B_HOT_BIDDER, B_BIDDER, B_PRICE, B_HOT_CHANNEL = 2, 3, 4, 5, 6, 7
+B_CHANNEL, B_EXTRA_SIZE, B_EXTRA_AT = 8, 9, 10
+#: the longest words: an email's name and domain, an item name, a description
+EMAIL_MAX, DOMAIN_MAX, ITEM_MAX, DESC_MAX = 7, 5, 20, 100
+#: a bid's size before ``extra`` (bytes, Nexmark's estimate)
+BID_BASE_SIZE = 32
+
+
+class NexmarkGenerator:
+    """Makes the event of any id: ``event(i)`` depends on the config and ``i`` only, as a
+    pure-Python function of the draws ``u(seed, i, j)`` (``_draw``); the columnar
+    generator (``_columnar.ColumnarGenerator``) computes the same events a column at a
+    time.
+
+    Not thread-safe (the channel URLs are cached). Building one draws the ``extra`` pool
     (64 Ki letters) and the four hot channels' URLs; other channels' URLs are made when
     first used and kept (at most 10,000).
     """
 
     def __init__(self, config: GeneratorConfig) -> None:
         self.config = config
-        self._seed_base = config.seed << 66
-        self._rng = random.Random()
-        pool_rng = random.Random(self._seed_base | (_POOL << 64))
-        self._pool = "".join(pool_rng.choices(_LETTERS, k=_POOL_CHARS))
-        self._hot_urls = tuple(self._url(random.Random(self._seed_base | (_HOT_URL << 64) | i))
+        self._skey = _draw.seed_key(config.seed)
+        self._pool = _draw.pool(self._skey)
+        self._hot_urls = tuple(_draw.url(_draw.event_key(self._skey, _draw.HOT_URL_ID - i))
                                for i in range(len(HOT_CHANNELS)))
         self._channel_urls: dict[int, str] = {}
         # the event time until ``num_in_flight_auctions`` more auctions exist, in events
         self._auction_horizon_events = (config.num_in_flight_auctions * PROPORTION_DENOMINATOR
                                         // AUCTION_PROPORTION)
 
-    # -- helpers drawing from ``rng`` (the event's own generator) --------------------------
-    @staticmethod
-    def _word(rng: random.Random, max_length: int, separator: str = " ") -> str:
-        """A random word of 3 .. max_length - 1 characters, each a separator with
-        probability about 1/13, else a lowercase letter (Nexmark's ``nextString``),
-        stripped: one random byte per character, mapped through a table."""
-        n = _MIN_STRING + int(rng.random() * (max_length - _MIN_STRING))
-        return rng.randbytes(n).translate(_WORD_TABLES[separator]).decode().strip()
+    @property
+    def pool(self) -> str:
+        """The seed's ``extra`` pool (64 Ki letters); an ``extra`` is a slice of it."""
+        return self._pool
 
-    @staticmethod
-    def _price(rng: random.Random) -> int:
-        """A price in cents, log-uniform in [100, 10**8] (Nexmark's ``nextPrice``)."""
-        return int(10.0 ** (rng.random() * 6.0) * 100.0 + 0.5)
+    @property
+    def hot_urls(self) -> tuple[str, ...]:
+        """The URLs of :data:`HOT_CHANNELS`, in order."""
+        return self._hot_urls
 
-    def _extra(self, rng: random.Random, current_size: int, average_size: int) -> str:
-        """Padding that brings an event of ``current_size`` bytes to ``average_size`` on
-        average, within +-20% (Nexmark's ``nextExtra``): a slice of the pool."""
-        if current_size > average_size:
-            return ""
-        want = average_size - current_size
-        delta = int(want * 0.2 + 0.5)
-        size = want - delta + (int(rng.random() * 2 * delta) if delta else 0)
-        start = int(rng.random() * (_POOL_CHARS - size))
-        return self._pool[start:start + size]
-
-    def _url(self, rng: random.Random) -> str:
-        w = self._word
-        return (f"https://www.nexmark.com/{w(rng, 5, '_')}/{w(rng, 5, '_')}/"
-                f"{w(rng, 5, '_')}/item.htm?query=1")
-
-    def _channel_url(self, channel: int) -> str:
+    def channel_url(self, channel: int) -> str:
+        """The URL of ``channel-<channel>`` (0 <= channel < 10,000), a function of (seed,
+        channel): nine in ten carry ``&channel_id=`` (nexmark/nexmark's bid URLs)."""
         url = self._channel_urls.get(channel)
         if url is None:
-            rng = random.Random(self._seed_base | (_CHANNEL << 64) | channel)
-            url = self._url(rng)
-            if int(rng.random() * 10) > 0:
+            key = _draw.event_key(self._skey, _draw.CHANNEL_ID + channel)
+            url = _draw.url(key)
+            if int(_draw.unit(_draw.draw(key, 6)) * 10) > 0:
                 url += f"&channel_id={_bit_reverse32(channel)}"
             self._channel_urls[channel] = url
         return url
 
-    def _person_id(self, rnd, newest: int) -> int:
+    def _extra(self, u_size: float, u_at: float, current_size: int, average_size: int) -> str:
+        size = extra_size(u_size, current_size, average_size)
+        start = int(u_at * (_draw.POOL_CHARS - size))
+        return self._pool[start:start + size]
+
+    def _person_id(self, u: float, newest: int) -> int:
         """A random active person id (from 0), up to the lead ahead of ``newest``."""
         people = newest + 1
         active = min(people, self.config.num_active_people)
-        return people - active + int(rnd() * (active + PERSON_ID_LEAD))
+        return people - active + int(u * (active + PERSON_ID_LEAD))
 
-    def _auction_id(self, rnd, newest: int) -> int:
+    def _auction_id(self, u: float, newest: int) -> int:
         """A random in-flight auction id (from 0), up to the lead ahead of ``newest``."""
         oldest = max(newest - self.config.num_in_flight_auctions, 0)
-        return oldest + int(rnd() * (newest - oldest + 1 + AUCTION_ID_LEAD))
+        return oldest + int(u * (newest - oldest + 1 + AUCTION_ID_LEAD))
 
-    # -- the events (``rnd`` is the event's own ``random.Random().random``) ----------------
-    def _person(self, rng: random.Random, event_id: int, now: int) -> Person:
-        rnd = rng.random
-        name = (f"{FIRST_NAMES[int(rnd() * len(FIRST_NAMES))]} "
-                f"{LAST_NAMES[int(rnd() * len(LAST_NAMES))]}")
-        email = f"{self._word(rng, 7)}@{self._word(rng, 5)}.com"
-        card = " ".join(f"{int(rnd() * 10_000):04d}" for _ in range(4))
-        city = US_CITIES[int(rnd() * len(US_CITIES))]
-        state = US_STATES[int(rnd() * len(US_STATES))]
+    # -- the events: ``key`` is the event's key, ``u(j)`` its draw j as a unit float -----
+    def _person(self, key: int, event_id: int, now: int) -> Person:
+        draw, unit, word, length = _draw.draw, _draw.unit, _draw.word, _draw.word_length
+        name = (f"{FIRST_NAMES[int(unit(draw(key, P_FIRST)) * len(FIRST_NAMES))]} "
+                f"{LAST_NAMES[int(unit(draw(key, P_LAST)) * len(LAST_NAMES))]}")
+        email = (f"{word(key, P_EMAIL, length(unit(draw(key, P_EMAIL_LEN)), EMAIL_MAX))}@"
+                 f"{word(key, P_DOMAIN, length(unit(draw(key, P_DOMAIN_LEN)), DOMAIN_MAX))}"
+                 f".com")
+        card = " ".join(f"{int(unit(draw(key, P_CARD + i)) * 10_000):04d}" for i in range(4))
+        city = US_CITIES[int(unit(draw(key, P_CITY)) * len(US_CITIES))]
+        state = US_STATES[int(unit(draw(key, P_STATE)) * len(US_STATES))]
         size = 8 + len(name) + len(email) + len(card) + len(city) + len(state)
         return Person(last_person(event_id) + FIRST_PERSON_ID, name, email, card, city, state,
-                      now, self._extra(rng, size, self.config.avg_person_byte_size))
+                      now, self._extra(unit(draw(key, P_EXTRA_SIZE)), unit(draw(key, P_EXTRA_AT)),
+                                       size, self.config.avg_person_byte_size))
 
-    def _auction(self, rng: random.Random, event_id: int, now: int) -> Auction:
-        cfg, rnd = self.config, rng.random
+    def _auction(self, key: int, event_id: int, now: int) -> Auction:
+        cfg = self.config
+        draw, unit, word, length = _draw.draw, _draw.unit, _draw.word, _draw.word_length
         newest_person = last_person(event_id)
-        if int(rnd() * cfg.hot_sellers_ratio) > 0:
+        if int(unit(draw(key, A_HOT_SELLER)) * cfg.hot_sellers_ratio) > 0:
             seller = newest_person // HOT_BLOCK * HOT_BLOCK
         else:
-            seller = self._person_id(rnd, newest_person)
-        category = FIRST_CATEGORY_ID + int(rnd() * NUM_CATEGORIES)
-        initial_bid = self._price(rng)
+            seller = self._person_id(unit(draw(key, A_SELLER)), newest_person)
+        category = FIRST_CATEGORY_ID + int(unit(draw(key, A_CATEGORY)) * NUM_CATEGORIES)
+        prices = _draw.PRICES
+        initial_bid = prices[int(unit(draw(key, A_INITIAL)) * _draw.PRICE_STEPS)]
         horizon = cfg.timestamp(event_id + self._auction_horizon_events) - now
-        expires = now + 1 + int(rnd() * max(2 * horizon, 1))
-        item_name = self._word(rng, 20)
-        description = self._word(rng, 100)
-        reserve = initial_bid + self._price(rng)
+        expires = now + 1 + int(unit(draw(key, A_EXPIRES)) * max(2 * horizon, 1))
+        item_name = word(key, A_ITEM, length(unit(draw(key, A_ITEM_LEN)), ITEM_MAX))
+        description = word(key, A_DESC, length(unit(draw(key, A_DESC_LEN)), DESC_MAX))
+        reserve = initial_bid + prices[int(unit(draw(key, A_RESERVE)) * _draw.PRICE_STEPS)]
         size = 8 + len(item_name) + len(description) + 40
         return Auction(last_auction(event_id) + FIRST_AUCTION_ID, item_name, description,
                        initial_bid, reserve, now, expires, seller + FIRST_PERSON_ID, category,
-                       self._extra(rng, size, cfg.avg_auction_byte_size))
+                       self._extra(unit(draw(key, A_EXTRA_SIZE)), unit(draw(key, A_EXTRA_AT)),
+                                   size, cfg.avg_auction_byte_size))
 
-    def _bid(self, rng: random.Random, event_id: int, now: int) -> Bid:
-        cfg, rnd = self.config, rng.random
+    def _bid(self, key: int, event_id: int, now: int) -> Bid:
+        cfg = self.config
+        # SplitMix64 inlined (``_draw.mix64(key + (j + 1) * GOLDEN)``, top 53 bits): bids
+        # are 92% of events, and a call per draw costs as much as the draw
+        m, g, m1, m2, to_unit = _draw.MASK, _draw.GOLDEN, _draw._M1, _draw._M2, _draw._TO_UNIT
+        u = []
+        for j in range(B_HOT_AUCTION, B_EXTRA_AT + 1):
+            z = (key + (j + 1) * g) & m
+            z = ((z ^ (z >> 30)) * m1) & m
+            z = ((z ^ (z >> 27)) * m2) & m
+            u.append(((z ^ (z >> 31)) >> 11) * to_unit)
+        u_hot_auction, u_auction, u_hot_bidder, u_bidder, u_price, u_hot_channel, \
+            u_channel, u_size, u_at = u
         # last_auction and last_person of a bid (the last of its epoch's people and
-        # auctions), the functions' bid case without the calls: bids are 92% of events
+        # auctions), the functions' bid case without the calls
         epoch = event_id // PROPORTION_DENOMINATOR
         newest_auction = epoch * AUCTION_PROPORTION + AUCTION_PROPORTION - 1
         newest_person = epoch * PERSON_PROPORTION + PERSON_PROPORTION - 1
-        if int(rnd() * cfg.hot_auction_ratio) > 0:
+        if int(u_hot_auction * cfg.hot_auction_ratio) > 0:
             auction = newest_auction // HOT_BLOCK * HOT_BLOCK
         else:
-            auction = self._auction_id(rnd, newest_auction)
-        if int(rnd() * cfg.hot_bidders_ratio) > 0:
+            auction = self._auction_id(u_auction, newest_auction)
+        if int(u_hot_bidder * cfg.hot_bidders_ratio) > 0:
             bidder = newest_person // HOT_BLOCK * HOT_BLOCK + 1
         else:
-            bidder = self._person_id(rnd, newest_person)
-        price = self._price(rng)
-        if int(rnd() * 2) > 0:
-            i = int(rnd() * len(HOT_CHANNELS))
+            bidder = self._person_id(u_bidder, newest_person)
+        price = _draw.PRICES[int(u_price * _draw.PRICE_STEPS)]
+        if int(u_hot_channel * 2) > 0:
+            i = int(u_channel * len(HOT_CHANNELS))
             channel, url = HOT_CHANNELS[i], self._hot_urls[i]
         else:
-            n = int(rnd() * NUM_CHANNELS)
-            channel, url = f"channel-{n}", self._channel_url(n)
+            n = int(u_channel * NUM_CHANNELS)
+            channel, url = f"channel-{n}", self.channel_url(n)
         return Bid(auction + FIRST_AUCTION_ID, bidder + FIRST_PERSON_ID, price, channel, url,
-                   now, self._extra(rng, 32, cfg.avg_bid_byte_size))
+                   now, self._extra(u_size, u_at, BID_BASE_SIZE, cfg.avg_bid_byte_size))
 
     def timed_event(self, event_id: int) -> tuple[Person | Auction | Bid, int]:
         """Event ``event_id`` and its delay in ms of event time (0 unless delayed).
@@ -379,21 +387,27 @@ class NexmarkGenerator:
         return self._timed_event(event_id)
 
     def _timed_event(self, event_id: int) -> tuple[Person | Auction | Bid, int]:
-        cfg, rng = self.config, self._rng
-        _seed_int(rng, self._seed_base | event_id)
+        cfg = self.config
+        key = _draw.event_key(self._skey, event_id)
         now = cfg.base_time + event_id * 1000 // cfg.rate  # cfg.timestamp(event_id)
         rem = event_id % PROPORTION_DENOMINATOR
         if rem >= PERSON_PROPORTION + AUCTION_PROPORTION:
-            event = self._bid(rng, event_id, now)
+            event = self._bid(key, event_id, now)
         elif rem >= PERSON_PROPORTION:
-            event = self._auction(rng, event_id, now)
+            event = self._auction(key, event_id, now)
         else:
-            event = self._person(rng, event_id, now)
-        delay = 0
-        if cfg.delayed and rng.random() < cfg.prob_delayed_event:  # drawn after the event,
-            # so delays change the order only, never an event's fields
-            delay = 1 + int(rng.random() * cfg.occasional_delay_sec * 1000)
-        return event, delay
+            event = self._person(key, event_id, now)
+        return event, (self.delay(key) if cfg.delayed else 0)
+
+    def delay(self, key: int) -> int:
+        """The delay (ms of event time) of the event whose key is ``key``: 0, or with
+        probability ``prob_delayed_event`` 1 .. ``1000 * occasional_delay_sec``. Its own
+        draws, so delays change the order only, never an event's fields."""
+        cfg = self.config
+        if _draw.unit(_draw.draw(key, _draw.J_DELAYED)) < cfg.prob_delayed_event:
+            return 1 + int(_draw.unit(_draw.draw(key, _draw.J_DELAY))
+                           * cfg.occasional_delay_sec * 1000)
+        return 0
 
     def event(self, event_id: int) -> Person | Auction | Bid:
         """Event ``event_id`` (see :meth:`timed_event`)."""

@@ -45,6 +45,8 @@ class ParquetTable:
         self.rows = 0
         self._partial = self.path.with_name(self.path.name + ".partial")
         self._columns: list[list] = [[] for _ in schema.names]
+        self._batches: list = []  # record batches waiting for a row group
+        self._batched_rows = 0
         self._writer = None
 
     def append(self, row: Sequence) -> None:
@@ -62,12 +64,44 @@ class ParquetTable:
         if len(self._columns[0]) >= self.row_group_rows:
             self._write()
 
-    def _write(self) -> None:
+    def extend_arrow(self, batch) -> None:
+        """Add the rows of a ``pyarrow.RecordBatch`` holding (at least) this table's
+        columns by name, of its types; they are written after the rows appended before
+        them, a row group once ``row_group_rows`` are waiting.
+
+        Raises:
+            KeyError: a column of the schema is missing from ``batch``.
+        """
         import pyarrow as pa
+
+        if self._columns[0]:
+            self._write()
+        self._batches.append(pa.record_batch([batch.column(n) for n in self.schema.names],
+                                             schema=self.schema))
+        self._batched_rows += batch.num_rows
+        if self._batched_rows >= self.row_group_rows:
+            self._write_batches()
+
+    def _open(self) -> None:
         import pyarrow.parquet as pq
 
         if self._writer is None:
             self._writer = pq.ParquetWriter(self._partial, self.schema)
+
+    def _write_batches(self) -> None:
+        import pyarrow as pa
+
+        self._open()
+        self._writer.write_table(pa.Table.from_batches(self._batches, schema=self.schema))
+        self.rows += self._batched_rows
+        self._batches, self._batched_rows = [], 0
+
+    def _write(self) -> None:
+        import pyarrow as pa
+
+        if self._batches:
+            self._write_batches()
+        self._open()
         batch = pa.record_batch([pa.array(c, type=f.type)
                                  for c, f in zip(self._columns, self.schema, strict=True)],
                                 schema=self.schema)
@@ -78,6 +112,8 @@ class ParquetTable:
     def close(self) -> int:
         """Write what is left, close the file and give it its name; returns its rows.
         An empty table still gets a file (with the schema and no rows)."""
+        if self._batches and not self._columns[0]:
+            self._write_batches()
         if self._columns[0] or self._writer is None:
             self._write()
         self._writer.close()
@@ -87,8 +123,9 @@ class ParquetTable:
 
 def write_events(config: GeneratorConfig, out_dir: str | os.PathLike) -> dict[str, int]:
     """Write every event of ``config`` to ``person.parquet``, ``auction.parquet`` and
-    ``bid.parquet`` in ``out_dir`` (made if missing), each in arrival order (one task).
-    Blocks until written; about as long as generating the events (see docs/nexmark.md).
+    ``bid.parquet`` in ``out_dir`` (made if missing), each in arrival order (one task):
+    by the columnar generator, a batch of ids at a time, or with delays (whose order
+    only the per-event stream gives) one event at a time. Blocks until written.
 
     Returns:
         Rows written per kind.
@@ -102,6 +139,23 @@ def write_events(config: GeneratorConfig, out_dir: str | os.PathLike) -> dict[st
         raise FileExistsError(f"{out} already holds {', '.join(taken)}; give an empty or new "
                               f"directory")
     out.mkdir(parents=True, exist_ok=True)
+    if not config.delayed:
+        import pyarrow.parquet as pq
+
+        from benchmarks.nexmark._columnar import ColumnarGenerator
+
+        rows = dict.fromkeys(KINDS, 0)
+        writers = {kind: pq.ParquetWriter(out / f"{kind}.parquet.partial", arrow_schema(kind))
+                   for kind in KINDS}
+        for _, batches in ColumnarGenerator(NexmarkGenerator(config)).task_batches(
+                batch_events=ROW_GROUP_ROWS):
+            for kind, batch in batches.items():
+                writers[kind].write_batch(batch)
+                rows[kind] += batch.num_rows
+        for kind, writer in writers.items():
+            writer.close()
+            os.replace(out / f"{kind}.parquet.partial", out / f"{kind}.parquet")
+        return rows
     tables = {kind: ParquetTable(out / f"{kind}.parquet", arrow_schema(kind)) for kind in KINDS}
     by_type = {t: tables[kind] for kind, t in KINDS.items()}
     for _, event in EventStream(NexmarkGenerator(config)):

@@ -31,6 +31,7 @@ beside ``dateTime``; the component a query names (:attr:`Query.latency_component
 
 from __future__ import annotations
 
+import operator
 import time
 from array import array
 from dataclasses import dataclass
@@ -69,7 +70,36 @@ def _now_ms() -> float:
     return time.time() * 1000.0
 
 
-class NexmarkSpout(StatefulSpout):
+class EventSpout(StatefulSpout):
+    """What both Nexmark spouts share: the config, the kinds emitted, the pace, the
+    timestamps of the first call and the last emit.
+
+    Raises:
+        ValueError: unknown or no kinds, a non-positive pace.
+    """
+
+    def __init__(self, config: GeneratorConfig, kinds: tuple[str, ...] = ("bid",),
+                 events_per_s: float | None = None) -> None:
+        unknown = set(kinds) - set(KINDS)
+        if unknown or not kinds:
+            raise ValueError(f"kinds must be a non-empty subset of {sorted(KINDS)}, got "
+                             f"{list(kinds)}")
+        if events_per_s is not None and events_per_s <= 0:
+            raise ValueError(f"events_per_s must be > 0 or None, got {events_per_s}")
+        self.config = config
+        self.kinds = tuple(kinds)
+        self.events_per_s = events_per_s
+        self.total_items = config.events
+        self.started_at: float | None = None
+        self.finished_at: float | None = None
+        self.taken = 0
+
+    def progress(self) -> int:
+        """Events of this task out so far (emitted or filtered by kind)."""
+        return self.taken
+
+
+class NexmarkSpout(EventSpout):
     """Generates the Nexmark events in its tasks and emits them on the streams ``person``,
     ``auction`` and ``bid`` (the event's fields, then ``emitTime``: the wall-clock emit
     time, epoch ms, float).
@@ -97,20 +127,9 @@ class NexmarkSpout(StatefulSpout):
     """
 
     def __init__(self, config: GeneratorConfig, kinds: tuple[str, ...] = ("bid",),
-                 events_per_s: float | None = None, burst: int = 50) -> None:
-        unknown = set(kinds) - set(KINDS)
-        if unknown or not kinds:
-            raise ValueError(f"kinds must be a non-empty subset of {sorted(KINDS)}, got "
-                             f"{list(kinds)}")
-        if events_per_s is not None and events_per_s <= 0:
-            raise ValueError(f"events_per_s must be > 0 or None, got {events_per_s}")
-        self.config = config
-        self.kinds = tuple(kinds)
-        self.events_per_s = events_per_s
+                 events_per_s: float | None = None, burst: int = 500) -> None:
+        super().__init__(config, kinds, events_per_s)
         self.burst = burst
-        self.total_items = config.events
-        self.started_at: float | None = None
-        self.finished_at: float | None = None
 
     def declare_output_fields(self, declarer) -> None:
         for kind in self.kinds:
@@ -168,10 +187,6 @@ class NexmarkSpout(StatefulSpout):
             stream_id = stream_of[type(event)]
             if stream_id is not None:
                 emit((*event, clock() * 1000.0), stream_id)
-
-    def progress(self) -> int:
-        """Events of this task out so far (emitted or filtered by kind)."""
-        return self.taken
 
 
 class CurrencyConversion(Bolt):
@@ -328,27 +343,8 @@ class CategoryAverage(StatefulBolt):
             self._emit((category, total["sum"] / total["count"]))
 
 
-class ResultFileSink(BatchBolt):
-    """Writes the tuples it receives to one Parquet file: the columns ``columns`` (name,
-    Arrow type name), taken by name from each tuple, in order. Written to
-    ``<path>.partial`` a row group at a time and renamed to ``path`` at the end of the
-    stream (``finish``), so the file exists only once complete. Run it as one task: two
-    tasks would write the same file.
-
-    Not ``topology.ParquetSink``: that one publishes a dataset directory with each
-    checkpoint (exactly-once output, visible up to a checkpoint interval later, and it
-    turns checkpoints on). A Nexmark result is one file, complete at the end of the
-    stream, and its latency is taken where the sink receives a tuple.
-
-    With ``latency=True`` it keeps, per tuple, the wall-clock ms from the tuple's
-    ``emitTime`` to the sink taking the batch that holds it, in ``latencies_ms``.
-
-    Attributes (readable with ``handle.task_state``):
-        rows: rows written; finished_at: wall-clock time (epoch s) the file was complete.
-
-    Raises:
-        FileExistsError: ``path`` exists (in ``prepare``, reported as the task's error).
-    """
+class _ResultFile:
+    """What both result sinks share: the file, the columns, the latencies."""
 
     outputs = ()
 
@@ -383,8 +379,45 @@ class ResultFileSink(BatchBolt):
             found = self._index[fields] = ([names.index(n) for n, _ in self.columns], stamp)
         return found
 
+    def finish(self) -> None:
+        self.rows = self._table.close()
+        self.finished_at = time.time()
+
+
+class ResultFileSink(_ResultFile, BatchBolt):
+    """Writes the tuples it receives to one Parquet file: the columns ``columns`` (name,
+    Arrow type name), taken by name from each tuple, in order. Written to
+    ``<path>.partial`` a row group at a time and renamed to ``path`` at the end of the
+    stream (``finish``), so the file exists only once complete. Run it as one task: two
+    tasks would write the same file.
+
+    Not ``topology.ParquetSink``: that one publishes a dataset directory with each
+    checkpoint (exactly-once output, visible up to a checkpoint interval later, and it
+    turns checkpoints on). A Nexmark result is one file, complete at the end of the
+    stream, and its latency is taken where the sink receives a tuple.
+
+    With ``latency=True`` it keeps, per tuple, the wall-clock ms from the tuple's
+    ``emitTime`` to the sink taking the batch that holds it, in ``latencies_ms``.
+
+    In batch mode (``_batch``) each tuple is ``(batch, emitTime)``: the record batch's
+    columns are written as they are, and every row's latency is its batch's.
+
+    Attributes (readable with ``handle.task_state``):
+        rows: rows written; finished_at: wall-clock time (epoch s) the file was complete.
+
+    Raises:
+        FileExistsError: ``path`` exists (in ``prepare``, reported as the task's error).
+    """
+
     def execute_batch(self, tuples) -> None:
         now = _now_ms()
+        if tuples[0].fields[0] == "batch":  # batch mode: (record batch, emitTime) each
+            for t in tuples:
+                batch, stamp = t.values
+                self._table.extend_arrow(batch)
+                if self.latency:
+                    self.latencies_ms.extend([now - stamp] * batch.num_rows)
+            return
         start = 0
         while start < len(tuples):  # runs of one stream (one Fields object): usually one
             fields = tuples[start].fields
@@ -398,9 +431,44 @@ class ResultFileSink(BatchBolt):
                 self.latencies_ms.extend([now - v[stamp] for v in values])
             start = end
 
+
+class ChainedResultFileSink(_ResultFile, Bolt):
+    """:class:`ResultFileSink` taking one tuple at a time (a plain ``Bolt``'s
+    ``execute``), so that it can be chained into the task that feeds it (operator
+    chaining takes no batch bolt: docs/config.md, ``topology.operator.chaining``), as
+    Flink chains Nexmark's source, calc and sink. Used where one task feeds it over
+    ``local_or_shuffle``; per tuple only."""
+
+    #: rows gathered before they go to the table's columns at once
+    ROWS_PER_FLUSH = 4_096
+
+    def prepare(self, conf, context, collector) -> None:
+        super().prepare(conf, context, collector)
+        self._rows: list[tuple] = []
+        self._getters: dict[Any, tuple[Any, int | None]] = {}  # Fields → getter, stamp
+
+    def execute(self, tup) -> None:
+        found = self._getters.get(tup.fields)
+        if found is None:
+            positions, stamp = self._positions(tup.fields)
+            get = operator.itemgetter(*positions)
+            found = self._getters[tup.fields] = (
+                get if len(positions) > 1 else (lambda v, g=get: (g(v),)), stamp)
+        get, stamp = found
+        v = tup.values
+        rows = self._rows
+        rows.append(get(v))
+        if stamp is not None:
+            self.latencies_ms.append(_now_ms() - v[stamp])
+        if len(rows) >= self.ROWS_PER_FLUSH:
+            self._table.extend(list(zip(*rows, strict=True)))
+            rows.clear()
+
     def finish(self) -> None:
-        self.rows = self._table.close()
-        self.finished_at = time.time()
+        if self._rows:
+            self._table.extend(list(zip(*self._rows, strict=True)))
+            self._rows.clear()
+        super().finish()
 
 
 @dataclass(frozen=True)
@@ -413,6 +481,7 @@ class Query:
         kinds: the event streams it reads.
         stateful: keeps checkpointed keyed state (q3, q4).
         latency_component: the component whose ``latencies_ms`` measure its latency.
+        modes: ``tuple`` (every query), ``batch`` (Arrow record batches: q0-q2).
     """
 
     name: str
@@ -420,39 +489,80 @@ class Query:
     kinds: tuple[str, ...]
     stateful: bool
     latency_component: str
+    modes: tuple[str, ...] = ("tuple",)
 
     def build(self, config: GeneratorConfig, out: str, parallelism: int = 1,
-              events_per_s: float | None = None):
+              events_per_s: float | None = None, mode: str = "tuple"):
         """The topology (``StormTopology``) writing this query's result to ``out``:
-        spout and query bolts with ``parallelism`` tasks each, one sink task."""
+        spout and query bolts with ``parallelism`` tasks each, one sink task (chained
+        into the task feeding it when ``parallelism`` is 1).
+
+        Raises:
+            ValueError: a mode this query does not run in.
+        """
+        if mode not in self.modes:
+            raise ValueError(f"{self.name} runs in mode {' or '.join(self.modes)}, not "
+                             f"{mode!r}")
+        if mode == "batch":
+            return self._build_batch(config, out, parallelism, events_per_s)
         b = TopologyBuilder()
         b.set_spout("events", NexmarkSpout(config, self.kinds, events_per_s), parallelism)
-        sink = ResultFileSink(out, RESULT_COLUMNS[self.name], latency=self.name != "q4")
+
+        def sink(source: str, stream: str = "default") -> None:
+            # one task feeding it: chained into that task (no encoding, no actor call);
+            # else every task sends to its one task
+            columns, latency = RESULT_COLUMNS[self.name], self.name != "q4"
+            if parallelism == 1:
+                (b.set_bolt("sink", ChainedResultFileSink(out, columns, latency))
+                 .local_or_shuffle_grouping(source, stream))
+            else:
+                (b.set_bolt("sink", ResultFileSink(out, columns, latency))
+                 .global_grouping(source, stream))
+
         if self.name == "q0":
-            b.set_bolt("sink", sink).global_grouping("events", "bid")
+            sink("events", "bid")
         elif self.name in ("q1", "q2"):
             bolt = CurrencyConversion() if self.name == "q1" else Selection()
             b.set_bolt(self.name, bolt, parallelism).local_or_shuffle_grouping("events", "bid")
-            b.set_bolt("sink", sink).global_grouping(self.name)
+            sink(self.name)
         elif self.name == "q3":
             (b.set_bolt("join", LocalItemSuggestion(), parallelism)
              .fields_grouping("events", ["id"], "person")
              .fields_grouping("events", ["seller"], "auction"))
-            b.set_bolt("sink", sink).global_grouping("join")
+            sink("join")
         else:
             (b.set_bolt("winning_bids", WinningBids(), parallelism)
              .fields_grouping("events", ["id"], "auction")
              .fields_grouping("events", ["auction"], "bid"))
             (b.set_bolt("average", CategoryAverage(), parallelism)
              .fields_grouping("winning_bids", ["category"]))
-            b.set_bolt("sink", sink).global_grouping("average")
+            sink("average")
+        return b.create_topology()
+
+    def _build_batch(self, config: GeneratorConfig, out: str, parallelism: int,
+                     events_per_s: float | None):
+        from benchmarks.nexmark._batch import (
+            ArrowCurrencyConversion,
+            ArrowSelection,
+            NexmarkBatchSpout,
+        )
+
+        b = TopologyBuilder()
+        b.set_spout("events", NexmarkBatchSpout(config, self.kinds, events_per_s), parallelism)
+        sink = ResultFileSink(out, RESULT_COLUMNS[self.name])
+        if self.name == "q0":
+            b.set_bolt("sink", sink).global_grouping("events", "bid")
+        else:
+            bolt = ArrowCurrencyConversion() if self.name == "q1" else ArrowSelection()
+            b.set_bolt(self.name, bolt, parallelism).local_or_shuffle_grouping("events", "bid")
+            b.set_bolt("sink", sink).global_grouping(self.name)
         return b.create_topology()
 
 
 QUERIES: dict[str, Query] = {q.name: q for q in (
-    Query("q0", "pass-through", ("bid",), False, "sink"),
-    Query("q1", "currency conversion", ("bid",), False, "sink"),
-    Query("q2", "selection", ("bid",), False, "sink"),
+    Query("q0", "pass-through", ("bid",), False, "sink", ("tuple", "batch")),
+    Query("q1", "currency conversion", ("bid",), False, "sink", ("tuple", "batch")),
+    Query("q2", "selection", ("bid",), False, "sink", ("tuple", "batch")),
     Query("q3", "local item suggestion", ("person", "auction"), True, "sink"),
     Query("q4", "average price per category", ("auction", "bid"), True, "winning_bids"),
 )}
