@@ -132,7 +132,7 @@ class ExecutorCore:
         self.done = threading.Event()
         self.policy = make_policy(c, task_id, self.queue, self.worker)
         self.outbox = Outbox(task_id, effective_batch_size(c), self.bp_wait, self.policy,
-                             lambda: self._stop)
+                             lambda: self._stop, c["topology.producer.batch.dynamic"])
         self.ledger = self._make_ledger(topology, c)
         self.inbound = Inbound(
             task_id, cid, self.queue, links.upstream, links.back_sources,
@@ -421,7 +421,7 @@ class ExecutorCore:
         if roots and self.ledger is not None:
             self.ledger.fail_roots(roots)
         self.flush_acks()
-        self.outbox.try_flush_batches(nagle=True)
+        self.outbox.try_flush_batches(timer=True)
 
     def _timers(self, expire: bool) -> None:
         """The loops' clock work. The flush: at most every

@@ -8,7 +8,8 @@ without a cluster.
 """
 
 from backpressure._debloat import DebloatPolicy
-from backpressure._jcqueue import BatchInserter, JCQueue, JCQueueMetrics, QueueInterrupted
+from backpressure._inserter import BatchInserter, QueueInterrupted
+from backpressure._jcqueue import JCQueue, JCQueueMetrics
 from backpressure._nak import NakPolicy
 from backpressure._policy import (
     POLICIES,

@@ -42,12 +42,9 @@ from typing import Any
 
 from backpressure._arrivals import Arrivals as _Arrivals
 from backpressure._arrivals import fit as _fit
+from backpressure._inserter import BatchInserter, QueueInterrupted
 from backpressure._rate import RateTracker
 from backpressure._wait import ParkWaitStrategy, WaitStrategy
-
-
-class QueueInterrupted(InterruptedError):
-    """A blocking publish was interrupted (the queue or the inserter was interrupted)."""
 
 
 @dataclass(frozen=True)
@@ -82,120 +79,6 @@ class JCQueueMetrics:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-class BatchInserter:
-    """Groups one producer's elements into batches before inserting them into a sink.
-
-    Storm's ``JCQueue.BatchInserter``, generalised: ``sink(items) -> n`` inserts a prefix of
-    ``items`` (all, some or none) and returns how many it took. Not thread-safe: one
-    inserter per producer thread.
-
-    Args:
-        sink: the insert function (``JCQueue.try_fill`` for a local queue).
-        batch_size: elements per batch (>= 1).
-        bp_wait: strategy for the blocking ``publish``/``flush`` retries.
-        on_insert_failure: called once per failed (zero-element) insert attempt.
-        interrupted: polled between blocking retries; True raises ``QueueInterrupted``.
-    """
-
-    __slots__ = ("_sink", "batch_size", "_bp_wait", "_on_failure", "_interrupted", "batch",
-                 "transferred")
-
-    def __init__(self, sink: Callable[[list], int], batch_size: int,
-                 bp_wait: WaitStrategy | None = None,
-                 on_insert_failure: Callable[[], None] | None = None,
-                 interrupted: Callable[[], bool] | None = None) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self._sink = sink
-        self.batch_size = batch_size
-        self._bp_wait = bp_wait or ParkWaitStrategy(100)
-        self._on_failure = on_insert_failure
-        self._interrupted = interrupted
-        self.batch: list = []
-        #: items the sink has taken so far (Storm's "transferred")
-        self.transferred = 0
-
-    def __len__(self) -> int:
-        return len(self.batch)
-
-    def sink_busy(self) -> bool:
-        """True while the sink reports an earlier batch still in flight (its ``busy()``;
-        False for a sink without one, such as a local queue). Non-blocking."""
-        busy = getattr(self._sink, "busy", None)
-        return busy is not None and busy()
-
-    def publish(self, obj: Any) -> None:
-        """Append ``obj``; when the batch is full, ``flush()`` (blocks while the sink is full)."""
-        self.batch.append(obj)
-        if len(self.batch) >= self.batch_size:
-            self.flush()
-
-    def try_publish(self, obj: Any) -> bool:
-        """Append ``obj`` without blocking; False (nothing appended) if a full batch cannot leave.
-
-        When the append fills the batch, one non-blocking flush is attempted.
-        """
-        batch = self.batch
-        if self.batch_size == 1 and not batch:
-            # Storm's DirectInserter: one offer, nothing held back on failure.
-            if self._sink([obj]):
-                self.transferred += 1
-                return True
-            if self._on_failure is not None:
-                self._on_failure()
-            return False
-        if len(batch) >= self.batch_size and not self.try_flush():
-            return False
-        batch.append(obj)
-        if len(batch) >= self.batch_size:
-            self.try_flush()
-        return True
-
-    def try_append(self, obj: Any) -> bool:
-        """As :meth:`try_publish`, but a batch that ``obj`` fills stays until the caller
-        flushes it (or the next publish, or a flush): the bolt collector's ``ack`` first
-        folds the parent's ack into ``obj``'s edge (ack piggybacking). Non-blocking; False
-        (nothing appended) if a full batch cannot leave first."""
-        batch = self.batch
-        if len(batch) >= self.batch_size and not self.try_flush():
-            return False
-        batch.append(obj)
-        return True
-
-    def flush(self) -> None:
-        """Insert the whole batch, retrying under the wait strategy until it is all in.
-
-        Raises:
-            QueueInterrupted: ``interrupted()`` became true while waiting.
-        """
-        idle = 0
-        while self.batch:
-            n = self._sink(self.batch)
-            if n:
-                del self.batch[:n]
-                self.transferred += n
-                idle = 0
-                continue
-            if self._on_failure is not None:
-                self._on_failure()
-            if self._interrupted is not None and self._interrupted():
-                raise QueueInterrupted("publish interrupted while the queue was full")
-            idle = self._bp_wait.idle(idle)
-
-    def try_flush(self) -> bool:
-        """One insert attempt; False only if nothing could be inserted (Storm's tryFlush)."""
-        if not self.batch:
-            return True
-        n = self._sink(self.batch)
-        if n:
-            del self.batch[:n]
-            self.transferred += n
-            return True
-        if self._on_failure is not None:
-            self._on_failure()
-        return False
 
 
 class JCQueue:

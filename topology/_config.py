@@ -54,6 +54,11 @@ _KEYS: list[ConfigKey] = [
               "docs/benchmarks.md); the 1 ms flush interval bounds latency at low rates. "
               "Clamped to half the receive buffer, as Storm's JCQueue does.",
               minimum=1),
+    ConfigKey("topology.producer.batch.dynamic", (bool,), False,
+              "Storm 3.0's key and default (apache/storm #8796): each destination's batch "
+              "is sized by AIMD between 1 and topology.producer.batch.size (+1 after a full "
+              "batch, halved after the flush timer sends a partial one). Off here too, by "
+              "measurement: docs/benchmarks.md, \"AIMD producer batching\", says why."),
     ConfigKey("topology.batch.flush.interval.millis", (int, float), 1,
               "Storm's default: partial batches leave at least every 1 ms. 0 disables "
               "flush tuples. A DataFrameSpout sets 10 for itself (rows per second count "
