@@ -38,8 +38,10 @@ class BoltExecutor(ExecutorCore):
     """A bolt or acker task (see :class:`ExecutorCore` for the arguments).
 
     Tick tuples (Storm's ``topology.tick.tuple.freq.secs``, for user bolts): the loop's
-    timer puts one into the task's own receive queue at each period, behind the data, with
-    a non-blocking insert; a tick that finds the queue full, or the previous tick still
+    timer puts one into the task's own receive queue at each period, behind the data (or,
+    with ``topology.executor.control.receive.buffer.size``, into its control receive
+    queue, ahead of the data), with a non-blocking insert; a tick that finds the queue
+    full, or the previous tick still
     queued, stays due, and ticks that fall due meanwhile collapse into it (Storm's
     ``Executor.setupTicks`` publishes from the worker's user timer with a blocking
     ``JCQueue.publish``, so ticks pile up behind a slow bolt).
@@ -268,7 +270,7 @@ class BoltExecutor(ExecutorCore):
             if self._next_tick <= now:  # behind by more than a period: start afresh
                 self._next_tick = now + self.tick_s
         if self._tick_due and not self._tick_queued and self._ticking():
-            if self.queue.try_publish_direct(self._tick_el):
+            if self.queue.try_publish_control(self._tick_el):
                 self._tick_due, self._tick_queued = False, True
 
     def _ticking(self) -> bool:

@@ -45,6 +45,7 @@ from backpressure import (
     JCQueue,
     LoadShedder,
     make_policy,
+    make_receive_queue,
     make_wait_strategy,
 )
 from topology import ACKER_ID, StormTopology, TopologyContext, effective_batch_size, make_config
@@ -96,10 +97,7 @@ class ExecutorCore:
         #: set when input reaches the queue, a send completes, a remote backlog clears or
         #: the executor is stopped: the executor thread's waits end on it (see _idle)
         self.wakeup = threading.Event()
-        self.queue = JCQueue(f"{cid}:{task_id}", c["topology.executor.receive.buffer.size"],
-                             1, c["topology.executor.overflow.limit"], self.bp_wait,
-                             self.wakeup, c["topology.executor.receive.buffer.bytes"] or 0,
-                             c["topology.executor.overflow.limit.bytes"] or 0)
+        self.queue = make_receive_queue(c, f"{cid}:{task_id}", self.bp_wait, self.wakeup)
         #: latency-first shedding (a bolt with ``topology.backpressure.overload`` "shed")
         self.shedder = (
             LoadShedder(c["topology.shed.latency.target.ms"] / 1000.0,

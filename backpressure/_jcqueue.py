@@ -24,7 +24,13 @@ Queues"; Storm's ``JCQueue`` class):
   an empty queue, and then alone (Arroyo's rule; Flink's FLINK-33077 is what happens
   otherwise);
 * each insert's **arrival time** is kept with it, so a consumer can read an element's
-  sojourn time as it leaves (CoDel's measure; :meth:`JCQueue.consume` with ``timed``).
+  sojourn time as it leaves (CoDel's measure; :meth:`JCQueue.consume` with ``timed``);
+* an optional, bounded **control receive queue** (Storm 3.0's, apache/storm #8892 for
+  #8816, "Decouple the control plane from the data plane on receive queues"): system
+  elements that need no order against the data (ticks, flushes, acking messages) go
+  there and ``consume`` drains it before the data, so they are not stuck behind a full
+  receive queue. What must stay behind the data it follows (an end of stream, DRAINED,
+  a checkpoint barrier) never goes there: the callers choose, this class only orders.
 
 Many producers, one consumer. Producers serialise on a lock (an insert is one
 ``deque.extend``); the consumer pops without it (``deque.popleft`` is atomic in CPython).
@@ -63,6 +69,7 @@ class JCQueueMetrics:
         capacity_bytes: the receive queue's byte bound (0: none).
         population_bytes: wire bytes of the tuples in the receive queue now.
         overflow_bytes: wire bytes of the tuples in the overflow queue now.
+        control: elements in the control receive queue now (0 without one).
     """
 
     capacity: int
@@ -76,6 +83,7 @@ class JCQueueMetrics:
     capacity_bytes: int = 0
     population_bytes: int = 0
     overflow_bytes: int = 0
+    control: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,12 +107,14 @@ class JCQueue:
             (``topology.executor.receive.buffer.bytes``); 0 = none.
         overflow_limit_bytes: the overflow's bound in wire bytes
             (``topology.executor.overflow.limit.bytes``); 0 = none.
+        control_capacity: the control receive queue's bound in elements
+            (``topology.executor.control.receive.buffer.size``); 0 = no control queue.
     """
 
     def __init__(self, name: str, capacity: int, producer_batch_size: int = 1,
                  overflow_limit: int = 0, bp_wait: WaitStrategy | None = None,
                  wakeup: threading.Event | None = None, capacity_bytes: int = 0,
-                 overflow_limit_bytes: int = 0) -> None:
+                 overflow_limit_bytes: int = 0, control_capacity: int = 0) -> None:
         if capacity < 1:
             raise ValueError(f"queue {name}: capacity must be >= 1, got {capacity}")
         if capacity_bytes < 0 or overflow_limit_bytes < 0:
@@ -131,6 +141,10 @@ class JCQueue:
         self._ov_barrier = 0
         self._overflowed = 0  # elements ever put into the overflow (cumulative)
         self.wakeup = wakeup
+        self.control_capacity = max(0, control_capacity)
+        #: the control receive queue (None: off); elements never wait for room in it
+        #: (a caller whose element finds it full uses the receive queue instead)
+        self._ctrl: deque | None = deque() if self.control_capacity else None
 
     def _wake(self) -> None:
         w = self.wakeup
@@ -317,6 +331,33 @@ class JCQueue:
         self._wake()
         return True
 
+    @property
+    def has_control(self) -> bool:
+        """True if this queue has a control receive queue."""
+        return self._ctrl is not None
+
+    def try_publish_control(self, obj: Any) -> bool:
+        """Insert one system element (a tick, a flush) ahead of the data: into the control
+        receive queue, or, without one, into the receive queue as
+        :meth:`try_publish_direct`. Non-blocking; False if the queue it goes to is full."""
+        if self._ctrl is None:
+            return self.try_fill([obj]) == 1
+        return self.fill_control([obj]) == 1
+
+    def fill_control(self, items: list) -> int:
+        """Insert the leading elements of ``items`` that fit into the control receive
+        queue; returns how many (0 without one, or when full). Never blocks."""
+        ctrl = self._ctrl
+        if ctrl is None:
+            return 0
+        with self._lock:
+            n = min(len(items), self.control_capacity - len(ctrl))
+            if n <= 0:
+                return 0
+            ctrl.extend(items if n == len(items) else islice(items, n))
+        self._wake()
+        return n
+
     def interrupt(self) -> None:
         """Make every blocked and future blocking publish raise ``QueueInterrupted``."""
         self._interrupted = True
@@ -325,7 +366,8 @@ class JCQueue:
     # -- consumer -----------------------------------------------------------------------
     def consume(self, handler: Callable[..., Any],
                 exit_cond: Callable[[], bool] | None = None, timed: bool = False) -> int:
-        """Hand queued elements to ``handler``: the receive queue first, then the overflow.
+        """Hand queued elements to ``handler``: the control receive queue first (if any),
+        then the receive queue, then the overflow.
 
         The overflow is consumed only once everything that entered the receive queue before
         the overflow started has been consumed (the ordering barrier). At most the elements
@@ -336,11 +378,35 @@ class JCQueue:
         Args:
             timed: call ``handler(element, arrived_at)`` instead, with the monotonic time
                 (s) the element was inserted: its sojourn time is ``now - arrived_at``
-                (CoDel's measure, for latency-first shedding).
+                (CoDel's measure, for latency-first shedding). A control element's
+                time is the time it is taken (none is kept for it).
 
         Returns:
             The number of elements consumed.
         """
+        if self._ctrl:
+            c = self._consume_control(handler, exit_cond, timed)
+            if exit_cond is not None and not exit_cond():
+                return c
+            return c + self._consume_data(handler, exit_cond, timed)
+        return self._consume_data(handler, exit_cond, timed)
+
+    def _consume_control(self, handler: Callable[..., Any],
+                         exit_cond: Callable[[], bool] | None, timed: bool) -> int:
+        ctrl = self._ctrl
+        limit = len(ctrl)
+        n = 0
+        while n < limit and (exit_cond is None or exit_cond()):
+            el = ctrl.popleft()
+            n += 1
+            if timed:
+                handler(el, time.monotonic())
+            else:
+                handler(el)
+        return n
+
+    def _consume_data(self, handler: Callable[..., Any],
+                      exit_cond: Callable[[], bool] | None, timed: bool) -> int:
         q = self._q
         limit = len(q)
         if not limit and not self._overflow:  # (a spout's loop checks an empty queue often)
@@ -398,8 +464,13 @@ class JCQueue:
 
     # -- state --------------------------------------------------------------------------
     def size(self) -> int:
-        """Elements in the receive queue."""
-        return len(self._q)
+        """Elements in the receive queue and the control receive queue."""
+        ctrl = self._ctrl
+        return len(self._q) + len(ctrl) if ctrl else len(self._q)
+
+    def control_size(self) -> int:
+        """Elements in the control receive queue (0 without one)."""
+        return len(self._ctrl) if self._ctrl else 0
 
     @property
     def queued_bytes(self) -> int:
@@ -459,8 +530,22 @@ class JCQueue:
             sojourn_time_ms=pop / max(rate, 1e-5) * 1000.0,
             insert_failures=self._insert_failures, dropped_messages=self._dropped,
             capacity_bytes=self.capacity_bytes, population_bytes=qbytes,
-            overflow_bytes=ovbytes)
+            overflow_bytes=ovbytes, control=self.control_size())
 
     def __repr__(self) -> str:
         return (f"JCQueue({self.name!r}, {len(self._q)}/{self.capacity}, "
                 f"overflow={len(self._overflow)})")
+
+
+def make_receive_queue(conf: dict, name: str, bp_wait: WaitStrategy | None = None,
+                       wakeup: threading.Event | None = None) -> JCQueue:
+    """An executor's receive queue as ``conf`` (a validated topology config) sizes it:
+    ``topology.executor.receive.buffer.size`` and ``.bytes``, the overflow's
+    ``topology.executor.overflow.limit`` and ``.bytes``, and the control receive queue's
+    ``topology.executor.control.receive.buffer.size``. Tuples pass one at a time (a
+    receiver inserts whole frames; the producer batches are the senders')."""
+    return JCQueue(name, conf["topology.executor.receive.buffer.size"], 1,
+                   conf["topology.executor.overflow.limit"], bp_wait, wakeup,
+                   conf["topology.executor.receive.buffer.bytes"] or 0,
+                   conf["topology.executor.overflow.limit.bytes"] or 0,
+                   conf["topology.executor.control.receive.buffer.size"])
