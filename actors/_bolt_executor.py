@@ -191,6 +191,22 @@ class BoltExecutor(ExecutorCore):
                 return
         self.handle(el)
 
+    def shed_expired(self, run: list, arrived_at: float) -> None:
+        """A shedding bolt's bulk step (``JCQueue.consume``'s ``expired``): ``run``, what
+        is left of one insert, arrived at ``arrived_at`` (monotonic s), past the target:
+        its data tuples are shed and counted per stream in one pass; its markers, ticks
+        and flushes are handled, in order, as always."""
+        shedder = self.shedder
+        shedder.on_dequeue(time.monotonic() - arrived_at)
+        by: dict[int, int] = {}
+        for el in run:
+            if el is not FLUSH and el[1] >= 0:
+                by[el[1]] = by.get(el[1], 0) + 1
+            else:
+                self.handle(el)
+        for s, k in by.items():
+            shedder.count(self.stream_name(s), SITE_QUEUE, k)
+
     def _control(self, src: int, s: int, values) -> None:
         super()._control(src, s, values)
         if s == EOS_STREAM:
@@ -328,6 +344,7 @@ class BoltExecutor(ExecutorCore):
         pending = outbox.pending_emits
         timed = self.shedder is not None
         handle = self.handle_timed if timed else self.handle
+        expired = (self.shedder.target_s, self.shed_expired) if timed else None
 
         cp = self.checkpoint
         requests = cp.inbox if cp is not None else ()
@@ -343,7 +360,7 @@ class BoltExecutor(ExecutorCore):
             self._timers(is_acker)
             if not pending or outbox.try_flush_pending():
                 bp_idle = 0
-                if q.consume(handle, keep_running, timed):
+                if q.consume(handle, keep_running, timed, expired):
                     if self._batch_in:
                         self.run_batch()
                     if self._end_of_pass is not None and self.upstream_drained:

@@ -365,7 +365,8 @@ class JCQueue:
 
     # -- consumer -----------------------------------------------------------------------
     def consume(self, handler: Callable[..., Any],
-                exit_cond: Callable[[], bool] | None = None, timed: bool = False) -> int:
+                exit_cond: Callable[[], bool] | None = None, timed: bool = False,
+                expired: tuple[float, Callable[[list, float], Any]] | None = None) -> int:
         """Hand queued elements to ``handler``: the control receive queue first (if any),
         then the receive queue, then the overflow.
 
@@ -380,6 +381,13 @@ class JCQueue:
                 (s) the element was inserted: its sojourn time is ``now - arrived_at``
                 (CoDel's measure, for latency-first shedding). A control element's
                 time is the time it is taken (none is kept for it).
+            expired: with ``timed``, ``(max_age_s, take)``: what is left of an insert whose
+                elements share an arrival time already more than ``max_age_s`` ago goes
+                to ``take(elements, arrived_at)`` at once, in order, instead of to
+                ``handler`` one by one (a shedding consumer drops a whole expired frame
+                for the cost of counting it: shedding tuple by tuple cost the executor
+                thread more than the arrivals left it at full speed, so it shed nearly
+                everything; tests/test_overload.py).
 
         Returns:
             The number of elements consumed.
@@ -388,8 +396,8 @@ class JCQueue:
             c = self._consume_control(handler, exit_cond, timed)
             if exit_cond is not None and not exit_cond():
                 return c
-            return c + self._consume_data(handler, exit_cond, timed)
-        return self._consume_data(handler, exit_cond, timed)
+            return c + self._consume_data(handler, exit_cond, timed, expired)
+        return self._consume_data(handler, exit_cond, timed, expired)
 
     def _consume_control(self, handler: Callable[..., Any],
                          exit_cond: Callable[[], bool] | None, timed: bool) -> int:
@@ -406,13 +414,14 @@ class JCQueue:
         return n
 
     def _consume_data(self, handler: Callable[..., Any],
-                      exit_cond: Callable[[], bool] | None, timed: bool) -> int:
+                      exit_cond: Callable[[], bool] | None, timed: bool,
+                      expired: tuple | None = None) -> int:
         q = self._q
         limit = len(q)
         if not limit and not self._overflow:  # (a spout's loop checks an empty queue often)
             return 0
         if timed:
-            n = self._consume_timed(q, self._qa, limit, handler, exit_cond)
+            n = self._consume_timed(q, self._qa, limit, handler, exit_cond, expired)
         else:
             # an insert's bytes leave with its last element (before the handler runs it),
             # at the cost of one comparison per element
@@ -451,12 +460,23 @@ class JCQueue:
     @staticmethod
     def _consume_timed(dq: deque, arrivals: _Arrivals, limit: int,
                        handler: Callable[[Any, float], Any],
-                       exit_cond: Callable[[], bool] | None) -> int:
+                       exit_cond: Callable[[], bool] | None,
+                       expired: tuple | None = None) -> int:
         pop, marks = dq.popleft, arrivals.marks
+        max_age, take = expired if expired is not None else (None, None)
+        clock = time.monotonic
         n = 0
         while n < limit and (exit_cond is None or exit_cond()):
+            mark = marks[0]  # the record of the insert that holds the head element
+            t = mark[2]
+            if max_age is not None and clock() - t > max_age:
+                k = min(mark[0] - arrivals.count_out, limit - n)  # the rest of the insert
+                run = [pop() for _ in range(k)]
+                arrivals.taken(k)
+                n += k
+                take(run, t)
+                continue
             el = pop()
-            t = marks[0][2]  # the record of the insert that holds el
             arrivals.taken(1)
             n += 1
             handler(el, t)
