@@ -234,7 +234,11 @@ def sweep(cluster: LocalCluster, batch: int, paths: list[str], shares: list[floa
 
 
 def chart(sweeps: dict[int, dict[str, list[dict]]], path: Path) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # (the JSON and the closing line are the results; the chart is not)
+        print(f"matplotlib missing: no chart at {path}", flush=True)
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
