@@ -26,7 +26,8 @@ applies the status. Both clocks are this machine's.
 
 A fifth form, ``direct_control``, is the direct path over sockets with a control receive
 queue (``topology.executor.control.receive.buffer.size`` ``--control-size``) in every
-executor; ``--paths`` picks the forms to run (all five by default).
+executor; ``--paths`` picks the forms to run (all five by default). A run with the fifth
+writes ``halt_lag_<forms>.json``.
 
     python -m benchmarks.halt_lag [--seconds 30] [--rounds 2] [--work-us 100]
                                   [--paths direct,direct_control] [--control-size 1024]
@@ -143,7 +144,9 @@ def main() -> None:
             "lag_at_sending_transfer_ms_p50": _p50([x for r in rs for x in r["status_lags"]]),
             "all_lags_ms": sorted(round(x, 3) for x in lags),
         }
-    write_result("halt_lag", result)
+    four = ["direct", "worker", "direct_calls", "worker_calls"]
+    write_result("halt_lag" if set(forms) <= set(four) else f"halt_lag_{'_'.join(forms)}",
+                 result)
     for path, p in result["paths"].items():
         h = p["halt_lag_ms"]
         print(f"{path:>12}: {p['samples']} samples over {args.rounds} x {args.seconds:.0f} s: "
