@@ -38,8 +38,10 @@ class BoltExecutor(ExecutorCore):
     """A bolt or acker task (see :class:`ExecutorCore` for the arguments).
 
     Tick tuples (Storm's ``topology.tick.tuple.freq.secs``, for user bolts): the loop's
-    timer puts one into the task's own receive queue at each period, behind the data, with
-    a non-blocking insert; a tick that finds the queue full, or the previous tick still
+    timer puts one into the task's own receive queue at each period, behind the data (or,
+    with ``topology.executor.control.receive.buffer.size``, into its control receive
+    queue, ahead of the data), with a non-blocking insert; a tick that finds the queue
+    full, or the previous tick still
     queued, stays due, and ticks that fall due meanwhile collapse into it (Storm's
     ``Executor.setupTicks`` publishes from the worker's user timer with a blocking
     ``JCQueue.publish``, so ticks pile up behind a slow bolt).
@@ -189,6 +191,22 @@ class BoltExecutor(ExecutorCore):
                 return
         self.handle(el)
 
+    def shed_expired(self, run: list, arrived_at: float) -> None:
+        """A shedding bolt's bulk step (``JCQueue.consume``'s ``expired``): ``run``, what
+        is left of one insert, arrived at ``arrived_at`` (monotonic s), past the target:
+        its data tuples are shed and counted per stream in one pass; its markers, ticks
+        and flushes are handled, in order, as always."""
+        shedder = self.shedder
+        shedder.on_dequeue(time.monotonic() - arrived_at)
+        by: dict[int, int] = {}
+        for el in run:
+            if el is not FLUSH and el[1] >= 0:
+                by[el[1]] = by.get(el[1], 0) + 1
+            else:
+                self.handle(el)
+        for s, k in by.items():
+            shedder.count(self.stream_name(s), SITE_QUEUE, k)
+
     def _control(self, src: int, s: int, values) -> None:
         super()._control(src, s, values)
         if s == EOS_STREAM:
@@ -268,7 +286,7 @@ class BoltExecutor(ExecutorCore):
             if self._next_tick <= now:  # behind by more than a period: start afresh
                 self._next_tick = now + self.tick_s
         if self._tick_due and not self._tick_queued and self._ticking():
-            if self.queue.try_publish_direct(self._tick_el):
+            if self.queue.try_publish_control(self._tick_el):
                 self._tick_due, self._tick_queued = False, True
 
     def _ticking(self) -> bool:
@@ -326,6 +344,7 @@ class BoltExecutor(ExecutorCore):
         pending = outbox.pending_emits
         timed = self.shedder is not None
         handle = self.handle_timed if timed else self.handle
+        expired = (self.shedder.target_s, self.shed_expired) if timed else None
 
         cp = self.checkpoint
         requests = cp.inbox if cp is not None else ()
@@ -341,7 +360,7 @@ class BoltExecutor(ExecutorCore):
             self._timers(is_acker)
             if not pending or outbox.try_flush_pending():
                 bp_idle = 0
-                if q.consume(handle, keep_running, timed):
+                if q.consume(handle, keep_running, timed, expired):
                     if self._batch_in:
                         self.run_batch()
                     if self._end_of_pass is not None and self.upstream_drained:

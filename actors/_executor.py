@@ -45,6 +45,7 @@ from backpressure import (
     JCQueue,
     LoadShedder,
     make_policy,
+    make_receive_queue,
     make_wait_strategy,
 )
 from topology import ACKER_ID, StormTopology, TopologyContext, effective_batch_size, make_config
@@ -96,10 +97,7 @@ class ExecutorCore:
         #: set when input reaches the queue, a send completes, a remote backlog clears or
         #: the executor is stopped: the executor thread's waits end on it (see _idle)
         self.wakeup = threading.Event()
-        self.queue = JCQueue(f"{cid}:{task_id}", c["topology.executor.receive.buffer.size"],
-                             1, c["topology.executor.overflow.limit"], self.bp_wait,
-                             self.wakeup, c["topology.executor.receive.buffer.bytes"] or 0,
-                             c["topology.executor.overflow.limit.bytes"] or 0)
+        self.queue = make_receive_queue(c, f"{cid}:{task_id}", self.bp_wait, self.wakeup)
         #: latency-first shedding (a bolt with ``topology.backpressure.overload`` "shed")
         self.shedder = (
             LoadShedder(c["topology.shed.latency.target.ms"] / 1000.0,
@@ -132,7 +130,7 @@ class ExecutorCore:
         self.done = threading.Event()
         self.policy = make_policy(c, task_id, self.queue, self.worker)
         self.outbox = Outbox(task_id, effective_batch_size(c), self.bp_wait, self.policy,
-                             lambda: self._stop)
+                             lambda: self._stop, c["topology.producer.batch.dynamic"])
         self.ledger = self._make_ledger(topology, c)
         self.inbound = Inbound(
             task_id, cid, self.queue, links.upstream, links.back_sources,
@@ -421,7 +419,7 @@ class ExecutorCore:
         if roots and self.ledger is not None:
             self.ledger.fail_roots(roots)
         self.flush_acks()
-        self.outbox.try_flush_batches(nagle=True)
+        self.outbox.try_flush_batches(timer=True)
 
     def _timers(self, expire: bool) -> None:
         """The loops' clock work. The flush: at most every

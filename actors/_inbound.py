@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from actors._errors import LogThrottle
-from actors._streams import BARRIER_STREAM, DRAINED_STREAM, EOS_STREAM
+from actors._streams import ACKING_STREAMS, BARRIER_STREAM, DRAINED_STREAM, EOS_STREAM
 from backpressure import (
     SITE_ARRIVAL,
     FlowControlPolicy,
@@ -196,8 +196,13 @@ class Inbound:
             self.early_frames += 1
             return self._ack(src_task, before), None
         report = None
+        control = self.queue.has_control
         while items is not None:
-            if self._ended():
+            if control and items and items[0][0] in ACKING_STREAMS and not self._ended():
+                items, nbytes = self._control_first(src_task, items, nbytes, epoch)
+            if not items:
+                pass  # (all of it went to the control receive queue)
+            elif self._ended():
                 # this task has ended: nobody takes from its queue any more, so a wait
                 # would hold the sender for ever (a bolt's late acks of trees its spout
                 # already timed out, an end marker sent again). Acknowledged and counted.
@@ -229,6 +234,28 @@ class Inbound:
             st.next_seq = expected
             items, nbytes = early.pop(expected, (None, 0))
         return self._ack(src_task, expected - 1, before), report
+
+    def _control_first(self, src_task: int, items: list, nbytes: int, epoch: int
+                       ) -> tuple[list, int]:
+        """With a control receive queue: the acking messages that open a frame go there
+        (up to its bound), ahead of the data, and the rest of the frame (with its share of
+        ``nbytes``) is returned for the receive queue, in order. Only the leading ones: a
+        frame's later elements keep their order against its markers (an end of stream,
+        DRAINED and barriers stay behind the data they follow; they never go there).
+        Frames to spouts and ackers hold acking messages only; frames to a bolt, data."""
+        k = 0
+        for it in items:
+            if it[0] not in ACKING_STREAMS:
+                break
+            k += 1
+        with self.fill_lock:
+            if epoch < self.min_epoch:  # a rollback began: the caller drops the frame
+                return items, nbytes
+            n = self.queue.fill_control([(src_task, *it) for it in items[:k]])
+        if not n:
+            return items, nbytes
+        rest = items[n:]
+        return rest, (nbytes * len(rest) // len(items) if nbytes else 0)
 
     def _wait_for_back_edges(self, epoch: int) -> None:
         """A task on a cycle takes what came back round the cycle before new input: a

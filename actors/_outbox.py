@@ -32,12 +32,16 @@ class Outbox:
         bp_wait: the backpressure wait strategy (for blocking flushes).
         policy: the task's flow-control policy (the Nagle rule at flush).
         stopped: polled by blocking flushes; True interrupts them.
+        dynamic: ``topology.producer.batch.dynamic``: each destination's batch is sized
+            by AIMD up to ``batch_size`` (``backpressure.BatchInserter``).
     """
 
     def __init__(self, task_id: int, batch_size: int, bp_wait: WaitStrategy,
-                 policy: FlowControlPolicy, stopped: Callable[[], bool]) -> None:
+                 policy: FlowControlPolicy, stopped: Callable[[], bool],
+                 dynamic: bool = False) -> None:
         self.task_id = task_id
         self.batch_size = batch_size
+        self.dynamic = dynamic
         self._bp_wait = bp_wait
         self._policy = policy
         self._stopped = stopped
@@ -73,7 +77,7 @@ class Outbox:
                 ins = ChainInserter(self.task_id, sinks[t])
             else:
                 ins = BatchInserter(sinks[t], self.batch_size, self._bp_wait,
-                                    self._count_failure, self._stopped)
+                                    self._count_failure, self._stopped, self.dynamic)
             self.inserters[t] = ins
             self._inserter_list.append(ins)
             sink_load = getattr(sinks[t], "load", None)
@@ -174,26 +178,39 @@ class Outbox:
             self.pending_emits[0] = (others[0], msg)
         return False
 
-    def try_flush_batches(self, nagle: bool = False) -> bool:
+    def try_flush_batches(self, timer: bool = False) -> bool:
         """One non-blocking flush attempt of every partial batch; True if all are empty.
 
         Args:
-            nagle: the flush timer's path: the policy may hold a partial batch back while
-                an earlier batch to its destination is in flight (see
-                ``FlowControlPolicy.hold_partial_batch``).
+            timer: the flush timer's path (``ExecutorCore._flush``): the policy may hold a
+                partial batch back while an earlier batch to its destination is in flight
+                (``FlowControlPolicy.hold_partial_batch``, against the batch's current
+                size: with AIMD a batch at its size is full and never held), and a
+                partial batch that leaves is AIMD's decrease
+                (``BatchInserter.timer_flush``). The other callers (a barrier, the end of
+                the stream, a capped spout) send what is there and adapt nothing.
         """
         ok = True
         hold = self._policy.hold_partial_batch
         for ins in self._inserter_list:
             if not ins.batch:
                 continue
-            if nagle and hold(len(ins.batch), ins.batch_size, ins.sink_busy()):
-                ok = False
-                continue
-            ins.try_flush()
+            if timer:
+                if hold(len(ins.batch), ins.batch_size, ins.sink_busy()):
+                    ok = False
+                    continue
+                ins.timer_flush()
+            else:
+                ins.try_flush()
             if ins.batch:
                 ok = False
         return ok
+
+    def batch_sizes(self) -> dict[int, int]:
+        """Destination task → the size at which its batch leaves now (tuples; with AIMD
+        between 1 and ``batch_size``; 1 for a chained task). Executor thread (a read from
+        another thread is an estimate)."""
+        return {t: ins.batch_size for t, ins in self.inserters.items()}
 
     def delivered(self) -> bool:
         """True when no sink has a batch in flight unacknowledged (``sink_busy``; reaps

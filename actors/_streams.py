@@ -57,6 +57,10 @@ ACKER_ACKED = int(SystemStream.ACKER_ACK)
 ACKER_FAILED = int(SystemStream.ACKER_FAIL)
 ACKER_RESET = int(SystemStream.ACKER_RESET_TIMEOUT)
 
+#: the acking streams (Storm's ``__ack_*``): what a control receive queue takes from frames
+ACKING_STREAMS = frozenset((ACK_INIT, ACK_ACK, ACK_FAIL, ACK_RESET, ACKER_ACKED, ACKER_FAILED,
+                            ACKER_RESET))
+
 #: The FlushTuple element (Storm 2.0's ``FlushTuple``, STORM-2306): one put into a task's
 #: receive queue flushes its outbox when taken. Never on the wire.
 FLUSH = ("__flush__",)

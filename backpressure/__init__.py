@@ -8,7 +8,8 @@ without a cluster.
 """
 
 from backpressure._debloat import DebloatPolicy
-from backpressure._jcqueue import BatchInserter, JCQueue, JCQueueMetrics, QueueInterrupted
+from backpressure._inserter import BatchInserter, QueueInterrupted
+from backpressure._jcqueue import JCQueue, JCQueueMetrics, make_receive_queue
 from backpressure._nak import NakPolicy
 from backpressure._policy import (
     POLICIES,
@@ -41,7 +42,8 @@ __all__ = [
     "FlowControlPolicy", "POLICIES", "Report", "Storm2Policy", "make_policy", "Control",
     "WatermarkPolicy", "NakPolicy", "DebloatPolicy",
     "BackPressureStatus", "BackPressureTracker", "RemoteBackPressure", "WorkerBackPressure",
-    "next_status_id", "BatchInserter", "JCQueue", "JCQueueMetrics", "ParkWaitStrategy",
+    "next_status_id", "BatchInserter", "JCQueue", "JCQueueMetrics", "make_receive_queue",
+    "ParkWaitStrategy",
     "ProgressiveWaitStrategy", "QueueInterrupted", "RateTracker", "SITUATIONS",
     "SleepWaitStrategy", "WaitStrategy", "make_wait_strategy", "LoadShedder", "SITE_ARRIVAL",
     "SITE_QUEUE",

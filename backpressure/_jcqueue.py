@@ -24,7 +24,13 @@ Queues"; Storm's ``JCQueue`` class):
   an empty queue, and then alone (Arroyo's rule; Flink's FLINK-33077 is what happens
   otherwise);
 * each insert's **arrival time** is kept with it, so a consumer can read an element's
-  sojourn time as it leaves (CoDel's measure; :meth:`JCQueue.consume` with ``timed``).
+  sojourn time as it leaves (CoDel's measure; :meth:`JCQueue.consume` with ``timed``);
+* an optional, bounded **control receive queue** (Storm 3.0's, apache/storm #8892 for
+  #8816, "Decouple the control plane from the data plane on receive queues"): system
+  elements that need no order against the data (ticks, flushes, acking messages) go
+  there and ``consume`` drains it before the data, so they are not stuck behind a full
+  receive queue. What must stay behind the data it follows (an end of stream, DRAINED,
+  a checkpoint barrier) never goes there: the callers choose, this class only orders.
 
 Many producers, one consumer. Producers serialise on a lock (an insert is one
 ``deque.extend``); the consumer pops without it (``deque.popleft`` is atomic in CPython).
@@ -42,12 +48,9 @@ from typing import Any
 
 from backpressure._arrivals import Arrivals as _Arrivals
 from backpressure._arrivals import fit as _fit
+from backpressure._inserter import BatchInserter, QueueInterrupted
 from backpressure._rate import RateTracker
 from backpressure._wait import ParkWaitStrategy, WaitStrategy
-
-
-class QueueInterrupted(InterruptedError):
-    """A blocking publish was interrupted (the queue or the inserter was interrupted)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class JCQueueMetrics:
         capacity_bytes: the receive queue's byte bound (0: none).
         population_bytes: wire bytes of the tuples in the receive queue now.
         overflow_bytes: wire bytes of the tuples in the overflow queue now.
+        control: elements in the control receive queue now (0 without one).
     """
 
     capacity: int
@@ -79,123 +83,10 @@ class JCQueueMetrics:
     capacity_bytes: int = 0
     population_bytes: int = 0
     overflow_bytes: int = 0
+    control: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-class BatchInserter:
-    """Groups one producer's elements into batches before inserting them into a sink.
-
-    Storm's ``JCQueue.BatchInserter``, generalised: ``sink(items) -> n`` inserts a prefix of
-    ``items`` (all, some or none) and returns how many it took. Not thread-safe: one
-    inserter per producer thread.
-
-    Args:
-        sink: the insert function (``JCQueue.try_fill`` for a local queue).
-        batch_size: elements per batch (>= 1).
-        bp_wait: strategy for the blocking ``publish``/``flush`` retries.
-        on_insert_failure: called once per failed (zero-element) insert attempt.
-        interrupted: polled between blocking retries; True raises ``QueueInterrupted``.
-    """
-
-    __slots__ = ("_sink", "batch_size", "_bp_wait", "_on_failure", "_interrupted", "batch",
-                 "transferred")
-
-    def __init__(self, sink: Callable[[list], int], batch_size: int,
-                 bp_wait: WaitStrategy | None = None,
-                 on_insert_failure: Callable[[], None] | None = None,
-                 interrupted: Callable[[], bool] | None = None) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self._sink = sink
-        self.batch_size = batch_size
-        self._bp_wait = bp_wait or ParkWaitStrategy(100)
-        self._on_failure = on_insert_failure
-        self._interrupted = interrupted
-        self.batch: list = []
-        #: items the sink has taken so far (Storm's "transferred")
-        self.transferred = 0
-
-    def __len__(self) -> int:
-        return len(self.batch)
-
-    def sink_busy(self) -> bool:
-        """True while the sink reports an earlier batch still in flight (its ``busy()``;
-        False for a sink without one, such as a local queue). Non-blocking."""
-        busy = getattr(self._sink, "busy", None)
-        return busy is not None and busy()
-
-    def publish(self, obj: Any) -> None:
-        """Append ``obj``; when the batch is full, ``flush()`` (blocks while the sink is full)."""
-        self.batch.append(obj)
-        if len(self.batch) >= self.batch_size:
-            self.flush()
-
-    def try_publish(self, obj: Any) -> bool:
-        """Append ``obj`` without blocking; False (nothing appended) if a full batch cannot leave.
-
-        When the append fills the batch, one non-blocking flush is attempted.
-        """
-        batch = self.batch
-        if self.batch_size == 1 and not batch:
-            # Storm's DirectInserter: one offer, nothing held back on failure.
-            if self._sink([obj]):
-                self.transferred += 1
-                return True
-            if self._on_failure is not None:
-                self._on_failure()
-            return False
-        if len(batch) >= self.batch_size and not self.try_flush():
-            return False
-        batch.append(obj)
-        if len(batch) >= self.batch_size:
-            self.try_flush()
-        return True
-
-    def try_append(self, obj: Any) -> bool:
-        """As :meth:`try_publish`, but a batch that ``obj`` fills stays until the caller
-        flushes it (or the next publish, or a flush): the bolt collector's ``ack`` first
-        folds the parent's ack into ``obj``'s edge (ack piggybacking). Non-blocking; False
-        (nothing appended) if a full batch cannot leave first."""
-        batch = self.batch
-        if len(batch) >= self.batch_size and not self.try_flush():
-            return False
-        batch.append(obj)
-        return True
-
-    def flush(self) -> None:
-        """Insert the whole batch, retrying under the wait strategy until it is all in.
-
-        Raises:
-            QueueInterrupted: ``interrupted()`` became true while waiting.
-        """
-        idle = 0
-        while self.batch:
-            n = self._sink(self.batch)
-            if n:
-                del self.batch[:n]
-                self.transferred += n
-                idle = 0
-                continue
-            if self._on_failure is not None:
-                self._on_failure()
-            if self._interrupted is not None and self._interrupted():
-                raise QueueInterrupted("publish interrupted while the queue was full")
-            idle = self._bp_wait.idle(idle)
-
-    def try_flush(self) -> bool:
-        """One insert attempt; False only if nothing could be inserted (Storm's tryFlush)."""
-        if not self.batch:
-            return True
-        n = self._sink(self.batch)
-        if n:
-            del self.batch[:n]
-            self.transferred += n
-            return True
-        if self._on_failure is not None:
-            self._on_failure()
-        return False
 
 
 class JCQueue:
@@ -216,12 +107,14 @@ class JCQueue:
             (``topology.executor.receive.buffer.bytes``); 0 = none.
         overflow_limit_bytes: the overflow's bound in wire bytes
             (``topology.executor.overflow.limit.bytes``); 0 = none.
+        control_capacity: the control receive queue's bound in elements
+            (``topology.executor.control.receive.buffer.size``); 0 = no control queue.
     """
 
     def __init__(self, name: str, capacity: int, producer_batch_size: int = 1,
                  overflow_limit: int = 0, bp_wait: WaitStrategy | None = None,
                  wakeup: threading.Event | None = None, capacity_bytes: int = 0,
-                 overflow_limit_bytes: int = 0) -> None:
+                 overflow_limit_bytes: int = 0, control_capacity: int = 0) -> None:
         if capacity < 1:
             raise ValueError(f"queue {name}: capacity must be >= 1, got {capacity}")
         if capacity_bytes < 0 or overflow_limit_bytes < 0:
@@ -248,6 +141,10 @@ class JCQueue:
         self._ov_barrier = 0
         self._overflowed = 0  # elements ever put into the overflow (cumulative)
         self.wakeup = wakeup
+        self.control_capacity = max(0, control_capacity)
+        #: the control receive queue (None: off); elements never wait for room in it
+        #: (a caller whose element finds it full uses the receive queue instead)
+        self._ctrl: deque | None = deque() if self.control_capacity else None
 
     def _wake(self) -> None:
         w = self.wakeup
@@ -434,6 +331,33 @@ class JCQueue:
         self._wake()
         return True
 
+    @property
+    def has_control(self) -> bool:
+        """True if this queue has a control receive queue."""
+        return self._ctrl is not None
+
+    def try_publish_control(self, obj: Any) -> bool:
+        """Insert one system element (a tick, a flush) ahead of the data: into the control
+        receive queue, or, without one, into the receive queue as
+        :meth:`try_publish_direct`. Non-blocking; False if the queue it goes to is full."""
+        if self._ctrl is None:
+            return self.try_fill([obj]) == 1
+        return self.fill_control([obj]) == 1
+
+    def fill_control(self, items: list) -> int:
+        """Insert the leading elements of ``items`` that fit into the control receive
+        queue; returns how many (0 without one, or when full). Never blocks."""
+        ctrl = self._ctrl
+        if ctrl is None:
+            return 0
+        with self._lock:
+            n = min(len(items), self.control_capacity - len(ctrl))
+            if n <= 0:
+                return 0
+            ctrl.extend(items if n == len(items) else islice(items, n))
+        self._wake()
+        return n
+
     def interrupt(self) -> None:
         """Make every blocked and future blocking publish raise ``QueueInterrupted``."""
         self._interrupted = True
@@ -441,8 +365,10 @@ class JCQueue:
 
     # -- consumer -----------------------------------------------------------------------
     def consume(self, handler: Callable[..., Any],
-                exit_cond: Callable[[], bool] | None = None, timed: bool = False) -> int:
-        """Hand queued elements to ``handler``: the receive queue first, then the overflow.
+                exit_cond: Callable[[], bool] | None = None, timed: bool = False,
+                expired: tuple[float, Callable[[list, float], Any]] | None = None) -> int:
+        """Hand queued elements to ``handler``: the control receive queue first (if any),
+        then the receive queue, then the overflow.
 
         The overflow is consumed only once everything that entered the receive queue before
         the overflow started has been consumed (the ordering barrier). At most the elements
@@ -453,17 +379,49 @@ class JCQueue:
         Args:
             timed: call ``handler(element, arrived_at)`` instead, with the monotonic time
                 (s) the element was inserted: its sojourn time is ``now - arrived_at``
-                (CoDel's measure, for latency-first shedding).
+                (CoDel's measure, for latency-first shedding). A control element's
+                time is the time it is taken (none is kept for it).
+            expired: with ``timed``, ``(max_age_s, take)``: what is left of an insert whose
+                elements share an arrival time already more than ``max_age_s`` ago goes
+                to ``take(elements, arrived_at)`` at once, in order, instead of to
+                ``handler`` one by one (a shedding consumer drops a whole expired frame
+                for the cost of counting it: shedding tuple by tuple cost the executor
+                thread more than the arrivals left it at full speed, so it shed nearly
+                everything; tests/test_overload.py).
 
         Returns:
             The number of elements consumed.
         """
+        if self._ctrl:
+            c = self._consume_control(handler, exit_cond, timed)
+            if exit_cond is not None and not exit_cond():
+                return c
+            return c + self._consume_data(handler, exit_cond, timed, expired)
+        return self._consume_data(handler, exit_cond, timed, expired)
+
+    def _consume_control(self, handler: Callable[..., Any],
+                         exit_cond: Callable[[], bool] | None, timed: bool) -> int:
+        ctrl = self._ctrl
+        limit = len(ctrl)
+        n = 0
+        while n < limit and (exit_cond is None or exit_cond()):
+            el = ctrl.popleft()
+            n += 1
+            if timed:
+                handler(el, time.monotonic())
+            else:
+                handler(el)
+        return n
+
+    def _consume_data(self, handler: Callable[..., Any],
+                      exit_cond: Callable[[], bool] | None, timed: bool,
+                      expired: tuple | None = None) -> int:
         q = self._q
         limit = len(q)
         if not limit and not self._overflow:  # (a spout's loop checks an empty queue often)
             return 0
         if timed:
-            n = self._consume_timed(q, self._qa, limit, handler, exit_cond)
+            n = self._consume_timed(q, self._qa, limit, handler, exit_cond, expired)
         else:
             # an insert's bytes leave with its last element (before the handler runs it),
             # at the cost of one comparison per element
@@ -502,12 +460,23 @@ class JCQueue:
     @staticmethod
     def _consume_timed(dq: deque, arrivals: _Arrivals, limit: int,
                        handler: Callable[[Any, float], Any],
-                       exit_cond: Callable[[], bool] | None) -> int:
+                       exit_cond: Callable[[], bool] | None,
+                       expired: tuple | None = None) -> int:
         pop, marks = dq.popleft, arrivals.marks
+        max_age, take = expired if expired is not None else (None, None)
+        clock = time.monotonic
         n = 0
         while n < limit and (exit_cond is None or exit_cond()):
+            mark = marks[0]  # the record of the insert that holds the head element
+            t = mark[2]
+            if max_age is not None and clock() - t > max_age:
+                k = min(mark[0] - arrivals.count_out, limit - n)  # the rest of the insert
+                run = [pop() for _ in range(k)]
+                arrivals.taken(k)
+                n += k
+                take(run, t)
+                continue
             el = pop()
-            t = marks[0][2]  # the record of the insert that holds el
             arrivals.taken(1)
             n += 1
             handler(el, t)
@@ -515,8 +484,13 @@ class JCQueue:
 
     # -- state --------------------------------------------------------------------------
     def size(self) -> int:
-        """Elements in the receive queue."""
-        return len(self._q)
+        """Elements in the receive queue and the control receive queue."""
+        ctrl = self._ctrl
+        return len(self._q) + len(ctrl) if ctrl else len(self._q)
+
+    def control_size(self) -> int:
+        """Elements in the control receive queue (0 without one)."""
+        return len(self._ctrl) if self._ctrl else 0
 
     @property
     def queued_bytes(self) -> int:
@@ -576,8 +550,22 @@ class JCQueue:
             sojourn_time_ms=pop / max(rate, 1e-5) * 1000.0,
             insert_failures=self._insert_failures, dropped_messages=self._dropped,
             capacity_bytes=self.capacity_bytes, population_bytes=qbytes,
-            overflow_bytes=ovbytes)
+            overflow_bytes=ovbytes, control=self.control_size())
 
     def __repr__(self) -> str:
         return (f"JCQueue({self.name!r}, {len(self._q)}/{self.capacity}, "
                 f"overflow={len(self._overflow)})")
+
+
+def make_receive_queue(conf: dict, name: str, bp_wait: WaitStrategy | None = None,
+                       wakeup: threading.Event | None = None) -> JCQueue:
+    """An executor's receive queue as ``conf`` (a validated topology config) sizes it:
+    ``topology.executor.receive.buffer.size`` and ``.bytes``, the overflow's
+    ``topology.executor.overflow.limit`` and ``.bytes``, and the control receive queue's
+    ``topology.executor.control.receive.buffer.size``. Tuples pass one at a time (a
+    receiver inserts whole frames; the producer batches are the senders')."""
+    return JCQueue(name, conf["topology.executor.receive.buffer.size"], 1,
+                   conf["topology.executor.overflow.limit"], bp_wait, wakeup,
+                   conf["topology.executor.receive.buffer.bytes"] or 0,
+                   conf["topology.executor.overflow.limit.bytes"] or 0,
+                   conf["topology.executor.control.receive.buffer.size"])

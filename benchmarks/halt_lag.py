@@ -24,7 +24,13 @@ How the lag is measured: the receiving executor stamps ``since`` (``time.time()`
 first tuple goes to its overflow; the status carries it; a sender computes the lag when it
 applies the status. Both clocks are this machine's.
 
+A fifth form, ``direct_control``, is the direct path over sockets with a control receive
+queue (``topology.executor.control.receive.buffer.size`` ``--control-size``) in every
+executor; ``--paths`` picks the forms to run (all five by default). A run with the fifth
+writes ``halt_lag_<forms>.json``.
+
     python -m benchmarks.halt_lag [--seconds 30] [--rounds 2] [--work-us 100]
+                                  [--paths direct,direct_control] [--control-size 1024]
 
 Writes benchmarks/results/halt_lag.json; the last line is `key=value ...`.
 """
@@ -48,16 +54,18 @@ def _p50(xs: list[float]) -> float | None:
     return quantile(xs, 0.5) if xs else None
 
 
-#: status path → (topology.backpressure.status.direct, topology.transfer.local.socket):
-#: each status path with its messages over the same-node control sockets, and by actor
-#: calls (the ``_calls`` forms, as before the sockets)
-PATHS = {"direct": (True, True), "worker": (False, True),
-         "direct_calls": (True, False), "worker_calls": (False, False)}
+#: status path → (topology.backpressure.status.direct, topology.transfer.local.socket,
+#: a control receive queue): each status path with its messages over the same-node
+#: control sockets, and by actor calls (the ``_calls`` forms, as before the sockets); the
+#: direct path over sockets with a control receive queue
+PATHS = {"direct": (True, True, False), "worker": (False, True, False),
+         "direct_calls": (True, False, False), "worker_calls": (False, False, False),
+         "direct_control": (True, True, True)}
 
 
 def run_once(cluster: LocalCluster, name: str, path: tuple[bool, bool], args) -> dict:
     """One submit on one status path; returns its samples and counters."""
-    direct, socket_path = path
+    direct, socket_path, control = path
     b = TopologyBuilder()
     b.set_spout("a_gen", pipeline.GenSpout(10**12))  # task 1, worker 0
     slow = b.set_bolt("b_slow", pipeline.CountMultiplesOf3(args.work_us)).shuffle_grouping(
@@ -68,7 +76,8 @@ def run_once(cluster: LocalCluster, name: str, path: tuple[bool, bool], args) ->
     conf = {"topology.workers": 2, "topology.executor.receive.buffer.size": 4096,
             "topology.producer.batch.size": 256, "topology.acker.executors": 0,
             "topology.backpressure.status.direct": direct,
-            "topology.transfer.local.socket": socket_path}
+            "topology.transfer.local.socket": socket_path,
+            "topology.executor.control.receive.buffer.size": args.control_size * control}
     handle = cluster.submit_topology(name, conf, b.create_topology())
     assert all(w == (t != 2) * 0 + (t == 2) for t, w in handle.stats().assignment.items())
     time.sleep(args.seconds)  # the run itself: the samples accumulate in the executors
@@ -95,18 +104,24 @@ def main() -> None:
     ap.add_argument("--work-us", type=float, default=100.0)
     ap.add_argument("--spouts", type=int, choices=(1, 2), default=1,
                     help="spouts in worker 0 (each one a busy process on this 2-core host)")
+    ap.add_argument("--paths", default=",".join(PATHS), help="the forms to run")
+    ap.add_argument("--control-size", type=int, default=1024,
+                    help="the control receive queue's bound in the direct_control form")
     args = ap.parse_args()
+    forms = [p for p in args.paths.split(",") if p]
+    if not forms or any(p not in PATHS for p in forms):
+        ap.error(f"--paths: choose from {list(PATHS)}")
     ray.cloudpickle.register_pickle_by_value(pipeline)
     cluster = LocalCluster(num_cpus=2)
-    runs: dict[str, list[dict]] = {p: [] for p in PATHS}
+    runs: dict[str, list[dict]] = {p: [] for p in forms}
     for r in range(args.rounds):
-        order = list(PATHS) if r % 2 == 0 else list(PATHS)[::-1]
+        order = forms if r % 2 == 0 else forms[::-1]
         for path in order:
             runs[path].append(run_once(cluster, f"halt-lag-{path}-{r}", PATHS[path], args))
     cluster.shutdown()
     result = {"seconds_per_round": args.seconds, "rounds": args.rounds,
               "consumer_work_us_per_tuple": args.work_us,
-              "config": make_config(runs["direct"][0]["conf"]), "paths": {}}
+              "config": make_config(runs[forms[0]][0]["conf"]), "paths": {}}
     for path, rs in runs.items():
         lags = [x for r in rs for x in r["lags"]]
         if not lags:
@@ -129,7 +144,9 @@ def main() -> None:
             "lag_at_sending_transfer_ms_p50": _p50([x for r in rs for x in r["status_lags"]]),
             "all_lags_ms": sorted(round(x, 3) for x in lags),
         }
-    write_result("halt_lag", result)
+    four = ["direct", "worker", "direct_calls", "worker_calls"]
+    write_result("halt_lag" if set(forms) <= set(four) else f"halt_lag_{'_'.join(forms)}",
+                 result)
     for path, p in result["paths"].items():
         h = p["halt_lag_ms"]
         print(f"{path:>12}: {p['samples']} samples over {args.rounds} x {args.seconds:.0f} s: "
@@ -139,15 +156,27 @@ def main() -> None:
               f"{p['control_socket_sent']} by socket, {p['control_call_sent']} by call")
     p50 = {path: p["halt_lag_ms"]["p50"] for path, p in result["paths"].items()}
     p99 = {path: p["halt_lag_ms"]["p99"] for path, p in result["paths"].items()}
-    print(f"halt_lag_ms_p50={p50['direct']:.2f} halt_lag_ms_p99={p99['direct']:.2f} "
-          f"worker_path_halt_lag_ms_p50={p50['worker']:.2f} "
-          f"worker_path_halt_lag_ms_p99={p99['worker']:.2f} "
-          f"calls_halt_lag_ms_p50={p50['direct_calls']:.2f} "
-          f"calls_worker_path_halt_lag_ms_p50={p50['worker_calls']:.2f} "
-          f"direct_socket_vs_call_p50={p50['direct'] / p50['direct_calls']:.2f} "
-          f"worker_socket_vs_call_p50={p50['worker'] / p50['worker_calls']:.2f} "
-          f"direct_speedup_p50={p50['worker'] / p50['direct']:.2f} "
-          f"samples={result['paths']['direct']['samples']}")
+    print(closing_line(p50, p99, result["paths"]))
+
+
+def closing_line(p50: dict, p99: dict, paths: dict) -> str:
+    """``key=value ...`` for the forms that ran (ratios where both sides ran)."""
+    names = {"direct": "halt_lag_ms", "worker": "worker_path_halt_lag_ms",
+             "direct_calls": "calls_halt_lag_ms", "worker_calls": "calls_worker_path_halt_lag_ms",
+             "direct_control": "control_queue_halt_lag_ms"}
+    parts = []
+    for form, key in names.items():
+        if form in p50:
+            parts += [f"{key}_p50={p50[form]:.2f}", f"{key}_p99={p99[form]:.2f}"]
+    for key, a, b in (("direct_socket_vs_call_p50", "direct", "direct_calls"),
+                      ("worker_socket_vs_call_p50", "worker", "worker_calls"),
+                      ("direct_speedup_p50", "worker", "direct"),
+                      ("control_queue_on_vs_off_p50", "direct_control", "direct")):
+        if a in p50 and b in p50:
+            parts.append(f"{key}={p50[a] / p50[b]:.2f}")
+    first = next(iter(paths))
+    parts.append(f"samples={paths[first]['samples']}")
+    return " ".join(parts)
 
 
 if __name__ == "__main__":

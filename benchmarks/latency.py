@@ -34,7 +34,12 @@ goes to benchmarks/results/latency.png.
 
     python -m benchmarks.latency [--paths socket,call] [--max-s 12] [--seconds 12]
                                  [--max-rounds 2] [--rounds 3] [--warmup-s 2]
-                                 [--batch-sizes 1000] [--shares 0.5]
+                                 [--batch-sizes 1000] [--shares 0.5] [--same-rates PATH]
+
+``--paths socket,dynamic --same-rates socket`` compares AIMD producer batching
+(``topology.producer.batch.dynamic``) with fixed batches at the same rates: the closing
+line adds ``max_rate_ratio_dynamic_vs_fixed`` and ``p50_ratio_dynamic_vs_fixed_at_<N>pct``.
+The JSON goes to ``latency_<paths>.json`` unless the paths are the default pair.
 
 Writes benchmarks/results/latency.json; the last line is ``key=value ...``: per path
 (suffix ``_socket`` / ``_call``) ``max_rate_per_s``, ``latency_ms_p50_at_<N>pct`` and
@@ -59,8 +64,13 @@ from cluster import LocalCluster
 from topology import make_config
 
 CONF = {"topology.acker.executors": 0}
-#: ``--paths`` values → ``topology.transfer.local.socket``
-PATHS = {"socket": True, "call": False}
+#: ``--paths`` values → their config: ``topology.transfer.local.socket`` (``socket`` on,
+#: ``call`` off, one Ray actor call per frame), and ``dynamic``, the socket path with AIMD
+#: producer batching (``topology.producer.batch.dynamic``)
+PATHS = {"socket": {"topology.transfer.local.socket": True},
+         "call": {"topology.transfer.local.socket": False},
+         "dynamic": {"topology.transfer.local.socket": True,
+                     "topology.producer.batch.dynamic": True}}
 #: the maximum-rate run's asked rate: far above what the pipeline takes (finite, as the
 #: live source computes its due count from it)
 FLOOD = 1e9
@@ -123,7 +133,7 @@ def path_verified(path: str, transfer: dict) -> bool:
     calls at the start at most) or by actor call only."""
     t = transfer["totals"]
     sock, call = t.get("socket_frames", 0), t.get("call_frames", 0)
-    if path == "socket":
+    if PATHS[path]["topology.transfer.local.socket"]:
         return sock > 0 and call <= max(SOCKET_CALL_FRAMES, SOCKET_CALL_SHARE * (sock + call))
     return sock == 0 and call > 0
 
@@ -132,8 +142,7 @@ def run(cluster: LocalCluster, name: str, rate: float, seconds: float,
         warmup_s: float, batch: int, path: str) -> dict:
     """One run at ``rate`` tuples/s with frames on ``path``; returns the sustained rate,
     the latencies and the transfer counters."""
-    conf = {**CONF, "topology.producer.batch.size": batch,
-            "topology.transfer.local.socket": PATHS[path]}
+    conf = {**CONF, "topology.producer.batch.size": batch, **PATHS[path]}
     h = cluster.submit_topology(name, conf, pipeline.build_live_pipeline(rate, seconds))
     try:
         if not h.wait(seconds * 4 + 120):
@@ -212,6 +221,8 @@ def sweep(cluster: LocalCluster, batch: int, paths: list[str], shares: list[floa
     for _ in range(args.max_rounds):
         each(lambda p: ("max", FLOOD, args.max_s))
     top = {p: summarize("max", runs[p]["max"], best=True)["sustained_per_s"] for p in paths}
+    if args.same_rates:  # every path at the shares of one path's maximum
+        top = {p: top[args.same_rates] for p in paths}
     for _ in range(args.rounds):
         for share in sorted(shares, key=lambda s: s != 0.5):  # 50% first, by the same rate
             each(lambda p, s=share: (f"{round(s * 100)}%", s * top[p], args.seconds))
@@ -223,7 +234,11 @@ def sweep(cluster: LocalCluster, batch: int, paths: list[str], shares: list[floa
 
 
 def chart(sweeps: dict[int, dict[str, list[dict]]], path: Path) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # (the JSON and the closing line are the results; the chart is not)
+        print(f"matplotlib missing: no chart at {path}", flush=True)
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -262,6 +277,14 @@ def closing(sweeps: dict[int, dict[str, list[dict]]], shares: list[float]) -> tu
             parts += [f"latency_ms_{q}_at_{round(s * 100)}pct_{p}{suffix}="
                       f"{by[p][f'{round(s * 100)}%']['latency_ms'][q]:.2f}"
                       for s in shares for q in ("p50", "p99")]
+        if "socket" in by and "dynamic" in by:  # AIMD batching against fixed batches
+            dyn, fixed = by["dynamic"], by["socket"]
+            top = dyn["max"]["sustained_per_s"] / fixed["max"]["sustained_per_s"]
+            parts.append(f"max_rate_ratio_dynamic_vs_fixed{suffix}={top:.3f}")
+            for s in shares:
+                pt = f"{round(s * 100)}%"
+                r = dyn[pt]["latency_ms"]["p50"] / fixed[pt]["latency_ms"]["p50"]
+                parts.append(f"p50_ratio_dynamic_vs_fixed_at_{pt[:-1]}pct{suffix}={r:.3f}")
         if "socket" not in by or "call" not in by:
             continue
         same = {"socket": by["socket"]["call50"], "call": by["call"]["50%"]}
@@ -299,11 +322,15 @@ def main() -> None:
                     help="topology.producer.batch.size values, the first one reported first")
     ap.add_argument("--shares", default="0.5",
                     help="shares of each path's maximum rate to run at (0.5 is always run)")
+    ap.add_argument("--same-rates", default="",
+                    help="a path whose maximum sets every path's rates (default: each its own)")
     args = ap.parse_args()
     paths = [p for p in args.paths.split(",") if p]
     unknown = [p for p in paths if p not in PATHS]
     if unknown or not paths:
         ap.error(f"--paths: unknown {unknown}; choose from {sorted(PATHS)}")
+    if args.same_rates and args.same_rates not in paths:
+        ap.error(f"--same-rates {args.same_rates!r} is not among --paths")
     batches = [int(x) for x in args.batch_sizes.split(",")]
     shares = sorted({float(x) for x in args.shares.split(",") if x} | {0.5})
     before = run_context()
@@ -318,7 +345,8 @@ def main() -> None:
     line, targets = closing(sweeps, shares)
     verified = all(r["path_verified"] for by in sweeps.values() for rows in by.values()
                    for row in rows for r in row["rounds"])
-    write_result("latency", {"config": make_config(CONF), "paths": paths, "max_s": args.max_s,
+    out = "latency" if set(paths) <= {"socket", "call"} else f"latency_{'_'.join(paths)}"
+    write_result(out, {"config": make_config(CONF), "paths": paths, "max_s": args.max_s,
                              "seconds": args.seconds, "warmup_s": args.warmup_s,
                              "shares": shares, "max_rounds": args.max_rounds,
                              "rounds": args.rounds, "kept_rate_share": KEPT_RATE,
@@ -327,7 +355,7 @@ def main() -> None:
                              "paths_verified": verified, "targets": targets,
                              "sweeps": {str(b): by for b, by in sweeps.items()},
                              "closing": line})
-    chart(sweeps, RESULTS / "latency.png")
+    chart(sweeps, RESULTS / f"{out}.png")
     for batch, by_path in sweeps.items():
         for p, rows in by_path.items():
             for r in rows:

@@ -76,9 +76,9 @@ def test_flush_tuple_holds_partial_batch_while_one_is_in_flight():
     spout.connect({1: sink})
     spout.collector.emit((1, "a"), "default")
     sink.in_flight = True
-    assert not spout.outbox.try_flush_batches(nagle=True) and sink.batches == []
+    assert not spout.outbox.try_flush_batches(timer=True) and sink.batches == []
     sink.in_flight = False
-    assert spout.outbox.try_flush_batches(nagle=True) and len(sink.batches) == 1
+    assert spout.outbox.try_flush_batches(timer=True) and len(sink.batches) == 1
     spout.collector.emit((2, "b"), "default")
     sink.in_flight = True
     assert spout.outbox.try_flush_batches() and len(sink.batches) == 2  # end of stream: no hold

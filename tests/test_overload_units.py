@@ -152,6 +152,41 @@ def test_timed_consume_covers_the_overflow_in_order():
     assert q.queued_bytes == 0 and q.overflow_bytes == 0
 
 
+def test_an_expired_insert_goes_to_take_whole_and_a_young_one_element_by_element():
+    q = JCQueue("te", 100)
+    q.try_fill(["a", "b", "c"])
+    time.sleep(0.03)
+    q.try_fill(["d", "e"])
+    runs: list = []
+    one: list = []
+    n = q.consume(lambda el, at: one.append(el), timed=True,
+                  expired=(0.02, lambda run, at: runs.append(run)))
+    assert n == 5 and runs == [["a", "b", "c"]] and one == ["d", "e"]
+    assert q.size() == 0 and q.queued_bytes == 0
+
+
+def test_a_shedding_bolt_sheds_an_expired_frame_in_one_pass_and_keeps_its_markers():
+    from actors import make_executor
+    from actors._streams import DRAINED_STREAM
+
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(10))
+    b.set_bolt("count", CountBolt()).shuffle_grouping("src")
+    conf = {"topology.acker.executors": 0, "topology.backpressure.overload": "shed",
+            "topology.shed.latency.target.ms": 10}
+    core = make_executor("t", b.create_topology(), conf, 1, {1: 0, 2: 0})
+    core.obj.prepare(core.conf, core.context, core.collector)
+    data = next(i for i, st in enumerate(core.streams) if st[0] == "src")
+    frame = [(2, data, [i]) for i in range(5)] + [(2, DRAINED_STREAM, None)]
+    assert core.queue.try_fill(frame) == 6
+    time.sleep(0.02)  # past the 10 ms target
+    core.queue.consume(core.handle_timed, None, True,
+                       (core.shedder.target_s, core.shed_expired))
+    assert core.executed == 0 and core.shedder.totals[SITE_QUEUE] == 5
+    assert core.shedder.by_stream() == {"src:default": {SITE_QUEUE: 5}}
+    assert core.upstream_drained == {2}  # the marker was handled, not shed
+
+
 # -- the shedder ------------------------------------------------------------------------
 
 def test_the_shedder_sheds_past_its_target_and_counts_per_stream_and_site():

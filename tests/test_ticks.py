@@ -55,11 +55,13 @@ def _topology(bolt: Bolt, conf: dict | None = None):
     return b.create_topology()  # b = 1, src = 2
 
 
-def _driven(period: float, capacity: int = 8):
+def _driven(period: float, capacity: int = 8, control: int = 0):
     """A bolt executor driven by hand (no thread) on a clock the test moves."""
     topo = _topology(TickRecorder(), {TICK: period})
     core = make_executor("t", topo, {"topology.executor.receive.buffer.size": capacity,
-                                     "topology.producer.batch.size": 1}, 1, {1: 0, 2: 0})
+                                     "topology.producer.batch.size": 1,
+                                     "topology.executor.control.receive.buffer.size": control},
+                         1, {1: 0, 2: 0})
     now = [0.0]
     core.clock = lambda: now[0]
     core._next_tick = period
@@ -173,3 +175,21 @@ def test_ticks_reach_every_task_of_a_bolt_on_ray(cluster, name):
             [(t.ticks, t.uptime_s) for t in s.component("b")]
     finally:
         cluster.kill_topology(name)
+
+
+@pytest.mark.parametrize("control", [False, True], ids=["off", "control_queue"])
+def test_a_tick_reaches_a_task_whose_data_queue_is_full(control):
+    """With the control receive queue a tick due while the data queue is full goes in at
+    its period and runs before the data; without it, it waits for room and runs after."""
+    core, now = _driven(1.0, control=4 if control else 0)
+    q, bolt = core.queue, core.obj
+    src_stream = next(i for i, s in enumerate(core.streams) if s[0] == "src")
+    assert q.try_fill([(2, src_stream, [i, "k"]) for i in range(8)]) == 8  # full
+    now[0] = 1.0  # one period
+    core._timers(False)
+    assert core._tick_queued is control
+    q.consume(core.handle)
+    core._timers(False)
+    q.consume(core.handle)
+    kinds = [s[0] for s in bolt.seen]
+    assert kinds == (["tick"] + ["data"] * 8 if control else ["data"] * 8 + ["tick"])

@@ -47,6 +47,13 @@ _KEYS: list[ConfigKey] = [
               minimum=1),
     ConfigKey("topology.executor.receive.buffer.size", (int,), 32768,
               "Storm's default. Bounds each executor's receive queue, in tuples.", minimum=2),
+    ConfigKey("topology.executor.control.receive.buffer.size", (int,), 0,
+              "Storm 3.0's optional control receive queue (apache/storm #8892): ticks and "
+              "acking messages wait in a queue of this bound (elements) that the executor "
+              "drains before its receive queue, so they are not stuck behind a full one; "
+              "end of stream, DRAINED and checkpoint barriers never go there. 0: off, as in "
+              "Storm; docs/benchmarks.md, \"The control receive queue\", says why.",
+              minimum=0),
     ConfigKey("topology.producer.batch.size", (int,), 1000,
               "Storm uses 1, but here every batch is a Ray actor call, whose cost is per call, "
               "not per byte (benchmarks/actor_call.py), so a batch of 1 caps a hop at the rate "
@@ -54,6 +61,11 @@ _KEYS: list[ConfigKey] = [
               "docs/benchmarks.md); the 1 ms flush interval bounds latency at low rates. "
               "Clamped to half the receive buffer, as Storm's JCQueue does.",
               minimum=1),
+    ConfigKey("topology.producer.batch.dynamic", (bool,), False,
+              "Storm 3.0's key and default (apache/storm #8796): each destination's batch "
+              "is sized by AIMD between 1 and topology.producer.batch.size (+1 after a full "
+              "batch, halved after the flush timer sends a partial one). Off here too, by "
+              "measurement: docs/benchmarks.md, \"AIMD producer batching\", says why."),
     ConfigKey("topology.batch.flush.interval.millis", (int, float), 1,
               "Storm's default: partial batches leave at least every 1 ms. 0 disables "
               "flush tuples. A DataFrameSpout sets 10 for itself (rows per second count "
