@@ -70,3 +70,84 @@ def test_a_nan_key_is_refused_at_put_naming_it(key):
     with pytest.raises(StateError, match=r"(?i)count.*task 3.*nan.*a NaN"):
         state.put(key, 1)
     assert len(state) == 0
+
+
+# -- savepoints that check what they restore (format 2) ----------------------------------
+
+def _wc(count_tasks=2, src_tasks=2, key=("word",), chain=False):
+    from tests.components import StatefulWordCount
+    from topology import IterableSpout, TopologyBuilder
+
+    b = TopologyBuilder()
+    b.set_spout("src", IterableSpout([("a", 1)], ("word", "id")), src_tasks)
+    d = b.set_bolt("count", StatefulWordCount(), count_tasks)
+    if chain:
+        d.local_or_shuffle_grouping("src")
+    else:
+        d.fields_grouping("src", key)
+    topo = b.create_topology()
+    return topo.with_chains(["count"]) if chain and src_tasks == count_tasks else topo
+
+
+def _savepoint(tmp_path, topo, conf):
+    from actors.state.savepoints import describe, read_savepoint, write_savepoint
+
+    tasks = {c: list(t) for c, t in topo.component_tasks.items()}
+    state = {"count": {t: {} for t in tasks["count"]}}
+    return read_savepoint(write_savepoint(str(tmp_path / "sp"), "wc", 7, state, tasks,
+                                          describe(topo, conf)))
+
+
+def test_a_savepoint_under_another_key_group_count_or_key_is_refused_naming_both(tmp_path):
+    from actors.state.savepoints import SavepointError, check_restore
+
+    sp = _savepoint(tmp_path, _wc(), {"topology.max.task.parallelism": 16})
+    assert sp.format_version == 2 and sp.layout["key_groups"] == 16
+    check_restore(sp, _wc(), conf={"topology.max.task.parallelism": 16})
+    with pytest.raises(SavepointError, match=r"component 'count': savepoint has 16 key "
+                       r"groups, topology.max.task.parallelism is 32; restore with 16"):
+        check_restore(sp, _wc(), conf={"topology.max.task.parallelism": 32})
+    with pytest.raises(SavepointError, match=r"'count'.*\['word'\].*\['id'\]"):
+        check_restore(sp, _wc(key=("id",)), conf={"topology.max.task.parallelism": 16})
+
+
+def test_a_forward_peer_whose_task_count_changed_is_refused(tmp_path):
+    from actors.state.savepoints import SavepointError, check_restore
+
+    sp = _savepoint(tmp_path, _wc(chain=True), {})
+    check_restore(sp, _wc(chain=True))
+    with pytest.raises(SavepointError, match=r"component 'src': savepoint has 2 tasks, "
+                       r"this topology has 3.*'src' -> 'count'.*restore with 2"):
+        check_restore(sp, _wc(src_tasks=3, chain=True))
+
+
+def test_a_format_1_savepoint_restores_at_the_same_counts_with_a_warning(tmp_path, caplog):
+    import json
+    import os
+
+    from actors.state.savepoints import SavepointError, check_restore, read_savepoint
+
+    sp = _savepoint(tmp_path, _wc(), {})
+    meta = os.path.join(sp.path, "metadata.json")
+    with open(meta) as f:
+        m = json.load(f)
+    for k in ("key_groups", "tasks", "keyed", "forward"):
+        del m[k]
+    m["format_version"] = 1
+    with open(meta, "w") as f:
+        json.dump(m, f)
+    sp = read_savepoint(sp.path)
+    with caplog.at_level("WARNING"):
+        check_restore(sp, _wc(), conf={"topology.max.task.parallelism": 32})
+    assert "format 1" in caplog.text and "key-group count" in caplog.text
+    with pytest.raises(SavepointError, match="had 2 tasks"):
+        check_restore(sp, _wc(count_tasks=3))
+
+
+def test_restore_from_with_the_memory_provider_is_refused(tmp_path):
+    from actors.state.savepoints import SavepointError
+    from cluster._submit import submit
+
+    sp = _savepoint(tmp_path, _wc(), {})
+    with pytest.raises(SavepointError, match="memory.*ignore the savepoint"):
+        submit("wc", {"topology.state.provider": "memory"}, _wc(), restore_from=sp.path)
