@@ -151,3 +151,47 @@ def test_restore_from_with_the_memory_provider_is_refused(tmp_path):
     sp = _savepoint(tmp_path, _wc(), {})
     with pytest.raises(SavepointError, match="memory.*ignore the savepoint"):
         submit("wc", {"topology.state.provider": "memory"}, _wc(), restore_from=sp.path)
+
+
+# -- state pinned against collection -----------------------------------------------------
+
+def _commit(store, log_, cid: int) -> None:
+    """A round as a task and the coordinator make it: prepare, commit, then the task's
+    collection up to the committed checkpoint before this one."""
+    from actors._codec import encode_value
+    from actors.state._provider import COMMITTED
+
+    store.prepare(cid, [(0, encode_value("a"), encode_value(cid))], [])
+    log_.record(COMMITTED, cid)
+    committed = log_.load()[2]
+    if len(committed) > 1:
+        store.collect(committed[-2])
+
+
+def test_a_read_racing_two_commits_reads_the_checkpoint_it_pinned(tmp_path, monkeypatch):
+    from actors._codec import encode_value
+    from actors.state import providers
+
+    p = LocalProvider(str(tmp_path), "t", "s")
+    store, log_ = p.task_store("count", 1), p.checkpoint_log()
+    for cid in (1, 2):
+        _commit(store, log_, cid)
+    read_at = providers._read_at
+
+    def racing(files, cid):  # two commits between the log's read and the stores'
+        monkeypatch.setattr(providers, "_read_at", read_at)
+        for c in (3, 4):
+            _commit(store, log_, c)
+        return read_at(files, cid)
+
+    monkeypatch.setattr(providers, "_read_at", racing)
+    snap = providers.read_raw(p.root)
+    assert snap.checkpoint_id == 2
+    assert snap["count"][1] == {encode_value("a"): encode_value(2)}
+    from actors.state._pins import lowest_pin_local
+
+    assert lowest_pin_local(p.root) is None  # released: collection goes on
+    _commit(store, log_, 5)
+    with pytest.raises(Exception, match="collected"):
+        store.restore(2)
+    p.close()

@@ -414,3 +414,25 @@ def test_redis_stopped_and_started_again_mid_run_the_state_is_still_exact(
         provider.close()
     finally:
         server.stop()
+
+
+def test_a_read_racing_two_commits_reads_the_checkpoint_it_pinned(provider, monkeypatch):
+    """handle.state() of a running topology on Redis: two commits between the log's read
+    and the stores' read collect nothing it reads (issue 49)."""
+    from actors.state import _redis
+    from tests.test_restore_exact import _commit
+
+    store, log_ = provider.task_store("count", 1), provider.checkpoint_log()
+    for cid in (1, 2):
+        _commit(store, log_, cid)
+    state_at = _redis._RedisTaskStore._state_at
+
+    def racing(self, *args):
+        monkeypatch.setattr(_redis._RedisTaskStore, "_state_at", state_at)
+        for c in (3, 4):
+            _commit(store, log_, c)
+        return state_at(self, *args)
+
+    monkeypatch.setattr(_redis._RedisTaskStore, "_state_at", racing)
+    snap = provider.read_state()
+    assert (snap.checkpoint_id, snap["count"][1]) == (2, {"a": 2})

@@ -43,6 +43,7 @@ import threading
 from collections.abc import Iterable
 from urllib.parse import quote, unquote
 
+from actors.state._pins import lowest_pin_redis, pin_newest, pin_redis, unpin_redis
 from actors.state._provider import (
     COMMIT_PHASES,
     COMMITTED,
@@ -150,6 +151,7 @@ class _RedisTaskStore(TaskStore):
 
     def __init__(self, client: _Client, root: str, component: str, task: int) -> None:
         self._client = client
+        self._root = root
         self.keys = _TaskKeys(root, component, task)
         self.name = f"redis://{client.address} {self.keys.prefix}"
         self._lock = threading.Lock()
@@ -329,6 +331,9 @@ class _RedisTaskStore(TaskStore):
         collection folds what this one left; a restore reports the damaged delta)."""
         k = self.keys
         try:
+            pin = lowest_pin_redis(self._client, self._root)
+            if pin is not None:  # a reader's: kept restorable until it releases the pin
+                keep_from = min(keep_from, pin)
             with self._lock:
                 meta = self._meta(f"collect up to checkpoint {keep_from}")
                 if meta.base is not None and keep_from <= meta.base:
@@ -521,28 +526,34 @@ class RedisProvider(StateProvider):
         for m in sorted(x.decode() for x in members):
             comp, _, task = m.rpartition("/")
             tasks.setdefault(unquote(comp), []).append(int(task))
-        candidates = ([checkpoint_id] if checkpoint_id is not None
-                      else list(reversed(_RedisLog(self._client, self.root).load()[2])))
+        client, root = self._client, self.root
+        candidates, pin = pin_newest(lambda: _RedisLog(client, root).load()[2],
+                                     lambda c: pin_redis(client, root, c),
+                                     lambda m: unpin_redis(client, root, m), checkpoint_id)
         state = {c: {t: {} for t in sorted(ts)} for c, ts in tasks.items()}
         used = None
-        for i, ckpt in enumerate(candidates):
-            try:
-                read = {}
-                for comp, ts in tasks.items():
-                    read[comp] = {}
-                    for t in sorted(ts):
-                        store = _RedisTaskStore(self._client, self.root, comp, t)
-                        raw = store._state_at(ckpt, store._meta("read_state"),
-                                              _USER_GROUPS)
-                        read[comp][t] = {decode_key(k): decode_value(v)
-                                         for k, v in raw.items()}
-                state, used = read, ckpt
-                break
-            except CorruptCheckpoint as e:
-                if i + 1 == len(candidates):
-                    raise
-                log.warning("%s; reading committed checkpoint %d instead", e,
-                            candidates[i + 1])
+        try:
+            for i, ckpt in enumerate(candidates):
+                try:
+                    read = {}
+                    for comp, ts in tasks.items():
+                        read[comp] = {}
+                        for t in sorted(ts):
+                            store = _RedisTaskStore(client, root, comp, t)
+                            raw = store._state_at(ckpt, store._meta("read_state"),
+                                                  _USER_GROUPS)
+                            read[comp][t] = {decode_key(k): decode_value(v)
+                                             for k, v in raw.items()}
+                    state, used = read, ckpt
+                    break
+                except CorruptCheckpoint as e:
+                    if i + 1 == len(candidates):
+                        raise
+                    log.warning("%s; reading committed checkpoint %d instead", e,
+                                candidates[i + 1])
+        finally:
+            if pin is not None:
+                unpin_redis(client, root, pin)
         snapshot = StateSnapshot(state)
         snapshot.checkpoint_id = used
         return snapshot

@@ -41,6 +41,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote, unquote
 
+from actors.state._pins import lowest_pin_local
 from actors.state._provider import (
     COMMIT_PHASES,
     COMMITTED,
@@ -291,8 +292,10 @@ class _LocalTaskStore(TaskStore):
     prepared again (``ValueError``): what it changed is folded into ``base``.
     """
 
-    def __init__(self, path: str, on_close=None) -> None:
+    def __init__(self, path: str, on_close=None, pinned=None) -> None:
         self.path = path
+        #: () -> the lowest checkpoint id a reader pinned, or None (actors/state/_pins.py)
+        self._pinned = pinned
         #: the database did not exist before this store opened it: a restore of a
         #: committed checkpoint before this store wrote one is refused (MissingState)
         self._created = not os.path.exists(path)
@@ -342,6 +345,9 @@ class _LocalTaskStore(TaskStore):
                 raise CorruptCheckpoint(self.path, checkpoint_id, str(e)) from None
 
     def collect(self, keep_from: int) -> None:
+        pin = self._pinned() if self._pinned is not None else None
+        if pin is not None:  # a reader's: kept restorable until it releases the pin
+            keep_from = min(keep_from, pin)
         with self._lock:
             with _Transaction(self._con) as con:
                 base = _base_id(con)
@@ -491,7 +497,8 @@ class LocalProvider(StateProvider):
         except OSError as e:
             raise StateDirError(folder, f"cannot be created ({e})") from None
         store = _LocalTaskStore(os.path.join(folder, f"task-{int(task)}.db"),
-                                on_close=self._forget)
+                                on_close=self._forget,
+                                pinned=lambda: lowest_pin_local(self.root))
         with self._lock:
             self._open.append(store)
         return store
