@@ -259,4 +259,7 @@ def _start_checkpoints(p: TopologyPlan, name: str, prefix: str, conf: dict, pg,
         scheduling_strategy=PlacementGroupSchedulingStrategy(
             placement_group=pg, placement_group_bundle_index=0),
         name=checkpoint_coordinator_name(prefix), lifetime=lifetime,
-    ).remote(prefix, name, conf, tasks, topology.spout_tasks, topology.acker_tasks)
+    ).remote(prefix, name, conf, tasks, topology.spout_tasks, topology.acker_tasks,
+             [t for c, spec in topology.components.items()
+              if isinstance(spec.obj, TwoPhaseCommitSink)
+              for t in topology.component_tasks[c]])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import os
 
 import pytest
 
@@ -194,4 +195,89 @@ def test_a_read_racing_two_commits_reads_the_checkpoint_it_pinned(tmp_path, monk
     _commit(store, log_, 5)
     with pytest.raises(Exception, match="collected"):
         store.restore(2)
+    p.close()
+
+
+# -- the commit manifest -----------------------------------------------------------------
+
+def _rounds(provider, publishers=()):
+    """Two committed rounds of tasks 1 and 2 (stateful, stores of ``provider``) through
+    the coordinator, each task reporting its store's entry count; task 2 ends after the
+    first. Returns the coordinator and the stores."""
+    from actors._codec import encode_value
+    from actors.state import CoordinatorCore
+
+    log_ = provider.checkpoint_log()
+    c = CoordinatorCore(log_, [1, 2], [1], 1.0, 5.0, 0.0, 0.0, publishers=publishers)
+    stores = {t: provider.task_store("count", t) for t in (1, 2)}
+    for cid, tasks in ((1, (1, 2)), (2, (1,))):
+        c.tick(float(cid))
+        for t in tasks:
+            n = stores[t].prepare(cid, [(0, encode_value(f"k{t}"), encode_value(cid)),
+                                        (0, encode_value("x"), encode_value(t))], [])
+            c.prepared(t, cid, c.gen, float(cid), count=n)
+        if cid == 1:
+            c.ended(2, 1.5)
+    assert c.last_committed == 2
+    return c, stores
+
+
+@pytest.mark.parametrize("kind", ["local", "memory"])
+def test_the_commit_manifest_names_each_tasks_latest_checkpoint_and_count(tmp_path, kind):
+    from actors.state.providers import MemoryProvider
+
+    p = LocalProvider(str(tmp_path), "t", "s") if kind == "local" else MemoryProvider()
+    c, _ = _rounds(p)
+    # task 2 ended after checkpoint 1: it prepared nothing for 2 and its entry stays
+    assert p.checkpoint_log().manifest(2) == {1: (2, 2), 2: (1, 2)}
+    assert p.checkpoint_log().manifest(1) == {1: (1, 2), 2: (1, 2)}
+
+
+def _lose_checkpoint_2(p, task: int) -> None:
+    """An OS crash under synchronous=NORMAL: the task's last commit (checkpoint 2) undone."""
+    import sqlite3
+
+    con = sqlite3.connect(os.path.join(p.root, "count", f"task-{task}.db"))
+    with con:
+        con.execute("DELETE FROM delta WHERE version = 2")
+        con.execute("DELETE FROM versions WHERE version = 2")
+    con.close()
+
+
+@pytest.mark.parametrize("publishers", [(), (9,)], ids=["no sink", "a published sink"])
+def test_a_store_missing_what_the_manifest_names_is_corrupt_never_empty(tmp_path,
+                                                                        publishers):
+    """Before, task 1's store without checkpoint 2 restored checkpoint 1's state as 2's
+    (a store with no record and no entries for it 'wrote nothing'). Now its restore is a
+    corrupt checkpoint naming the store; the coordinator falls back to 1 only when no
+    two-phase-commit sink may have published 2, and otherwise fails naming task,
+    checkpoint and path."""
+    from actors.state._manifest import ManifestedStore
+    from actors.state._provider import CorruptCheckpoint
+
+    p = LocalProvider(str(tmp_path), "t", "s")
+    c, stores = _rounds(p, publishers)
+    log_ = p.checkpoint_log()
+    named = lambda t: (lambda cid: (log_.manifest(cid) or {}).get(t))  # noqa: E731
+    for t in (1, 2):
+        stores[t].close()
+    _lose_checkpoint_2(p, 1)
+    s2 = ManifestedStore(p.task_store("count", 2), named(2))
+    assert len(s2.restore(2)) == 2  # (ended at 1: still valid for 2)
+    s1 = ManifestedStore(p.task_store("count", 1), named(1))
+    path = os.path.join(p.root, "count", "task-1.db")
+    with pytest.raises(CorruptCheckpoint, match="checkpoint 2 at .*task-1.db.*no record"):
+        s1.restore(2)
+    try:
+        s1.restore(2)
+    except CorruptCheckpoint as e:
+        actions = c.corrupt(1, e.checkpoint_id, 3.0, str(e))
+    if publishers:
+        assert actions == [] and c.failure is not None
+        assert "task 1" in c.failure and "checkpoint 2" in c.failure and path in c.failure
+        assert "published" in c.failure
+    else:
+        (rollback,) = actions
+        assert rollback.args[1] == 1 and c.failure is None
+        assert len(s1.restore(1)) == 2  # checkpoint 1 is whole
     p.close()

@@ -265,6 +265,7 @@ def seed_provider(provider: StateProvider, savepoint: Savepoint, topology: Storm
     from actors._codec import decode_key
 
     cid = savepoint.checkpoint_id
+    manifest = {}  # (each seeded task's entry count: its first restore checks it)
     for component, tasks in savepoint.entries.items():
         ids = topology.component_tasks.get(component)
         if ids is None:
@@ -276,7 +277,9 @@ def seed_provider(provider: StateProvider, savepoint: Savepoint, topology: Storm
                      else (kg(decode_key(k)) if kg is not None else 0), k, v)
                     for k, v in entries.items()]
             store = provider.task_store(component, task)
-            store.prepare(cid, puts, [])
+            n = store.prepare(cid, puts, [])
             store.close()
-    provider.checkpoint_log().record(COMMITTED, cid)
+            if n is not None:
+                manifest[task] = (cid, n)
+    provider.checkpoint_log().record(COMMITTED, cid, manifest or None)
     return cid
