@@ -142,7 +142,8 @@ class KeyValueState:
             data = self._encode(value)
         except TypeError as e:
             raise StateError(f"{self._where(key)}: {e}") from None
-        if self._mixed or not _plain(key):
+        t = type(key)  # (str and int keys, the common ones, skip the call)
+        if self._mixed or (t is not str and t is not int and not _plain(key)):
             if _is_nan(key):
                 raise StateError(f"{self._where(key)}: a NaN is equal to nothing, not even "
                                  f"itself, so it cannot be a state key")

@@ -14,11 +14,16 @@ Pure: no Ray.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
+
+from actors.state._provider import CorruptCheckpoint
+
+logger = logging.getLogger("actors.state.providers")
 
 #: a pin file in a submit's directory: ``_pin.<checkpoint id>.<random>``
 PIN_PREFIX = "_pin."
@@ -134,3 +139,26 @@ def pin_newest(committed: Callable[[], list[int]], pin: Callable[[int], Any],
         unpin(held)
         candidates = again
     return candidates, None
+
+
+def read_newest_whole(candidates: list[int], read: Callable[[int], Any],
+                      release: Callable[[], None]) -> tuple[Any, int | None]:
+    """``(read(id), id)`` of the first of ``candidates`` (newest first) whose read does
+    not fail its check, a warning naming each one given up; ``(None, None)`` for none;
+    then ``release()`` (the pin), whatever happened.
+
+    Raises:
+        CorruptCheckpoint: the last candidate fails its check too.
+    """
+    try:
+        for i, ckpt in enumerate(candidates):
+            try:
+                return read(ckpt), ckpt
+            except CorruptCheckpoint as e:
+                if i + 1 == len(candidates):
+                    raise
+                logger.warning("%s; reading committed checkpoint %d instead", e,
+                               candidates[i + 1])
+        return None, None
+    finally:
+        release()

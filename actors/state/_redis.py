@@ -44,7 +44,13 @@ from collections.abc import Iterable
 from urllib.parse import quote, unquote
 
 from actors.state._manifest import check_manifest, manifest_of, manifest_text
-from actors.state._pins import lowest_pin_redis, pin_newest, pin_redis, unpin_redis
+from actors.state._pins import (
+    lowest_pin_redis,
+    pin_newest,
+    pin_redis,
+    read_newest_whole,
+    unpin_redis,
+)
 from actors.state._provider import (
     COMMIT_PHASES,
     COMMITTED,
@@ -566,30 +572,20 @@ class RedisProvider(StateProvider):
         candidates, pin = pin_newest(lambda: _RedisLog(client, root).load()[2],
                                      lambda c: pin_redis(client, root, c),
                                      lambda m: unpin_redis(client, root, m), checkpoint_id)
-        state = {c: {t: {} for t in sorted(ts)} for c, ts in tasks.items()}
-        used = None
-        try:
-            for i, ckpt in enumerate(candidates):
-                try:
-                    read = {}
-                    for comp, ts in tasks.items():
-                        read[comp] = {}
-                        for t in sorted(ts):
-                            store = _RedisTaskStore(client, root, comp, t)
-                            raw = store._state_at(ckpt, store._meta("read_state"),
-                                                  _USER_GROUPS)
-                            read[comp][t] = {decode_key(k): decode_value(v)
-                                             for k, v in raw.items()}
-                    state, used = read, ckpt
-                    break
-                except CorruptCheckpoint as e:
-                    if i + 1 == len(candidates):
-                        raise
-                    log.warning("%s; reading committed checkpoint %d instead", e,
-                                candidates[i + 1])
-        finally:
-            if pin is not None:
-                unpin_redis(client, root, pin)
+
+        def read(ckpt: int) -> dict:
+            out: dict = {}
+            for comp, ts in tasks.items():
+                out[comp] = {}
+                for t in sorted(ts):
+                    store = _RedisTaskStore(client, root, comp, t)
+                    raw = store._state_at(ckpt, store._meta("read_state"), _USER_GROUPS)
+                    out[comp][t] = {decode_key(k): decode_value(v) for k, v in raw.items()}
+            return out
+        state, used = read_newest_whole(
+            candidates, read, lambda: pin is not None and unpin_redis(client, root, pin))
+        if state is None:
+            state = {c: {t: {} for t in sorted(ts)} for c, ts in tasks.items()}
         snapshot = StateSnapshot(state)
         snapshot.checkpoint_id = used
         return snapshot

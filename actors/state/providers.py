@@ -31,7 +31,7 @@ from typing import Any
 from urllib.parse import quote
 
 from actors.state._memory import MemoryProvider
-from actors.state._pins import pin_local, pin_newest, unpin_local
+from actors.state._pins import pin_local, pin_newest, read_newest_whole, unpin_local
 from actors.state._provider import CorruptCheckpoint, StateProvider
 from actors.state._redis import RedisProvider, RedisStateError
 from actors.state._sqlite import (
@@ -253,22 +253,10 @@ def read_raw(path: str, checkpoint_id: int | None = None) -> StateSnapshot:
     files = _task_files(root, component_dir)
     candidates, pin = pin_newest(lambda: committed_checkpoints(root),
                                  lambda c: pin_local(root, c), unpin_local, checkpoint_id)
-    state: dict | None = None
-    used: int | None = None
+    state, used = read_newest_whole(candidates, lambda c: _read_at(files, c),
+                                    lambda: unpin_local(pin))
     if not candidates:
         state = {c: {t: {} for t in tasks} for c, tasks in files.items()}
-    try:
-        for i, ckpt in enumerate(candidates):
-            try:
-                state, used = _read_at(files, ckpt), ckpt
-                break
-            except CorruptCheckpoint as e:
-                if i + 1 == len(candidates):
-                    raise
-                log.warning("%s; reading committed checkpoint %d instead", e,
-                            candidates[i + 1])
-    finally:
-        unpin_local(pin)
     snapshot = StateSnapshot(state[_component_name(component_dir)] if component_dir
                              else state)
     snapshot.checkpoint_id = used
