@@ -274,7 +274,10 @@ def read_state(path: str, checkpoint_id: int | None = None) -> StateSnapshot:
     last committed checkpoint in the submit's log; if that one fails its check, a warning
     is logged naming it and the committed one before is read. No committed checkpoint:
     every task empty, ``checkpoint_id`` None. The result's ``checkpoint_id`` says which
-    was read. Blocks for the reads; a running topology may go on writing meanwhile.
+    was read. Blocks for the reads; a running topology may go on writing meanwhile, and
+    its collection keeps the checkpoint being read: it is pinned by a file beside the log
+    while read, then released (``actors/state/_pins.py``; not in a directory this cannot
+    write, where nothing collects).
 
     Raises:
         FileNotFoundError: ``path`` is not a submit's or component's state directory.
