@@ -8,6 +8,7 @@ import logging
 
 import ray
 
+from actors.state._manifest import ManifestedStore
 from actors.state._plan import is_stateful, keyed_state
 from actors.state._task import enable_checkpoints
 
@@ -43,9 +44,14 @@ class CheckpointWiring:
         else:  # a submit from a savepoint starts from the checkpoint it seeded
             committed = provider.checkpoint_log().load()[2]
             cid = committed[-1] if committed else None
+        #: each stateful task's store, checked against the commit manifest at a restore
+        self._stores: dict[int, ManifestedStore] = {}
         for core in self.cores.values():  # (the host first: its chain shares its inbox)
-            store = provider.task_store(core.component_id, core.task_id) if (
-                is_stateful(core.obj)) else None
+            store = None
+            if is_stateful(core.obj):
+                store = self._stores[core.task_id] = ManifestedStore(
+                    provider.task_store(core.component_id, core.task_id),
+                    functools.partial(self._manifest_entry, provider, core.task_id))
             key_group, groups = keyed_state(topology, core.component_id, core.task_id,
                                             core.conf)
             cp = enable_checkpoints(core, store, gen, cid, rejoining, key_group, groups,
@@ -54,6 +60,14 @@ class CheckpointWiring:
             cp.ask = self._ask_restart
             cp.grant = functools.partial(self._grant, core.task_id)
             cp.reset_sinks = functools.partial(self._reset_sinks, core.task_id)
+
+    def _manifest_entry(self, provider, task: int, checkpoint_id: int) -> tuple | None:
+        """``task``'s entry in the commit manifest of ``checkpoint_id`` (the provider's
+        log, opened on first use; raises what reading it raises: the restore is retried)."""
+        log_ = getattr(self, "_manifest_log", None)
+        if log_ is None:
+            log_ = self._manifest_log = provider.checkpoint_log()
+        return (log_.manifest(checkpoint_id) or {}).get(task)
 
     def _ask_restart(self, timeout: float = 10.0) -> tuple:
         """The coordinator's answer for this restarted actor's tasks, ``(gen, checkpoint
@@ -72,7 +86,13 @@ class CheckpointWiring:
         return self._restart_answer
 
     def _report_checkpoint(self, method: str, *args) -> None:
-        """A task's message to the checkpoint coordinator (fire and forget)."""
+        """A task's message to the checkpoint coordinator (fire and forget); a stateful
+        task's ``prepared`` gets the entry count its store wrote (the commit manifest)."""
+        if method == "prepared" and len(args) == 4:
+            store = self._stores.get(args[0])
+            written = store.written if store is not None else None
+            if written is not None and written[0] == args[1]:
+                args = (*args, written[1])
         try:
             getattr(self._checkpoints, method).remote(*args)
         except Exception as e:  # the coordinator restarts: it rolls back by itself

@@ -165,7 +165,7 @@ class TopologyHandle:
                 or no checkpoint committed within ``timeout`` s.
         """
         from actors.state.providers import read_raw
-        from actors.state.savepoints import check_target, write_savepoint
+        from actors.state.savepoints import check_target, describe, write_savepoint
 
         check_target(path)
         root = self.checkpoint_path
@@ -179,7 +179,8 @@ class TopologyHandle:
         state = read_raw(root)  # the last committed (it holds what came before the call)
         return write_savepoint(path, self.name, state.checkpoint_id, dict(state),
                                {c: list(t) for c, t in
-                                self.topology.component_tasks.items()})
+                                self.topology.component_tasks.items()},
+                               describe(self.topology, dict(self.conf)))
 
     def _executor_actors(self) -> list:
         """Each executor actor once (a task chained into another's actor shares it)."""

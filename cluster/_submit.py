@@ -65,7 +65,9 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
         TimeoutError: Ray could not place the workers within ``ready_timeout`` s.
         SavepointError (a ValueError): ``restore_from`` is not a savepoint this topology
             can start from (missing, incomplete, another format version, a component
-            with state missing unless ``allow_non_restored_state``, another parallelism).
+            with state missing unless ``allow_non_restored_state``, another parallelism,
+            key-group count, key fields or grouping: ``check_restore``), or the
+            ``memory`` provider, which would ignore it.
 
     ``restore_from``: a savepoint's path (``handle.savepoint``): the topology starts from
     its state (state, spout positions, persistent windows, sinks' pending commits) at the
@@ -76,14 +78,19 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
     savepoint = None
     if restore_from is not None:
         from actors.state import checkpointed
-        from actors.state.savepoints import check_restore, read_savepoint
+        from actors.state.savepoints import SavepointError, check_restore, read_savepoint
 
+        if p.conf.get("topology.state.provider") == "memory":
+            raise SavepointError(f"topology {name!r}: restore_from {restore_from!r} with "
+                                 f"topology.state.provider \"memory\": that provider "
+                                 f"starts empty and would ignore the savepoint; use "
+                                 f"\"local\" or \"redis\"")
         savepoint = read_savepoint(restore_from)
         if not checkpointed(p.topology, dict(p.conf)):
             raise TopologyError(f"topology {name!r} keeps no state (no stateful bolt, "
                                 f"persistent window or two-phase-commit sink), so savepoint "
                                 f"{savepoint.path} has nothing to restore into")
-        check_restore(savepoint, p.topology, allow_non_restored_state)
+        check_restore(savepoint, p.topology, allow_non_restored_state, dict(p.conf))
     open_targets(p)  # sinks' targets, before anything starts
     return launch(p, name, ready_timeout, detached, savepoint)
 
@@ -252,4 +259,7 @@ def _start_checkpoints(p: TopologyPlan, name: str, prefix: str, conf: dict, pg,
         scheduling_strategy=PlacementGroupSchedulingStrategy(
             placement_group=pg, placement_group_bundle_index=0),
         name=checkpoint_coordinator_name(prefix), lifetime=lifetime,
-    ).remote(prefix, name, conf, tasks, topology.spout_tasks, topology.acker_tasks)
+    ).remote(prefix, name, conf, tasks, topology.spout_tasks, topology.acker_tasks,
+             [t for c, spec in topology.components.items()
+              if isinstance(spec.obj, TwoPhaseCommitSink)
+              for t in topology.component_tasks[c]])

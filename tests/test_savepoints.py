@@ -1,6 +1,7 @@
 """Savepoints (actors/state/savepoints.py, handle.savepoint, kill(savepoint=...),
 restore_from): the format and its refusals, then a stateful topology with a Parquet sink
-stopped with a savepoint mid-stream and resubmitted from it."""
+stopped with a savepoint mid-stream and resubmitted from it (refused under another
+key-group count, exact at its own)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from actors.state.savepoints import (
     SavepointError,
     check_restore,
     check_target,
+    describe,
     read_savepoint,
     write_savepoint,
 )
@@ -35,7 +37,7 @@ def test_a_savepoint_round_trips_and_bad_ones_are_refused_naming_path_and_reason
     topo = _topology(ParquetSink(str(tmp_path / "out")), [("a", 1)])
     tasks = {c: list(t) for c, t in topo.component_tasks.items()}
     state = {"count": {tasks["count"][0]: {b"k": b"v"}, tasks["count"][1]: {}}}
-    path = write_savepoint(str(tmp_path / "sp"), "wc", 7, state, tasks)
+    path = write_savepoint(str(tmp_path / "sp"), "wc", 7, state, tasks, describe(topo, {}))
     sp = read_savepoint(path)
     assert (sp.checkpoint_id, sp.components) == (7, {"count": 2})
     assert sp.entries["count"] == {0: {b"k": b"v"}, 1: {}}
@@ -109,6 +111,11 @@ def test_stop_with_savepoint_then_restore_counts_and_writes_everything_once(
     assert saved.checkpoint_id >= 2 and any(saved.entries["count"].values())
     assert _undo_commits(saved) >= 1
 
+    # under another key-group count the keys' groups change: refused at submit (issue 49)
+    with pytest.raises(SavepointError, match=r"component 'count': savepoint has 128 key "
+                       r"groups, topology.max.task.parallelism is 16; restore with 128"):
+        cluster.submit_topology(name, {**conf, "topology.max.task.parallelism": 16},
+                                _topology(ParquetSink(out), data), restore_from=sp)
     handle = cluster.submit_topology(name, conf, _topology(ParquetSink(out), data),
                                      restore_from=sp)
     try:

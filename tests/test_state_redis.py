@@ -414,3 +414,50 @@ def test_redis_stopped_and_started_again_mid_run_the_state_is_still_exact(
         provider.close()
     finally:
         server.stop()
+
+
+def test_a_read_racing_two_commits_reads_the_checkpoint_it_pinned(provider, monkeypatch):
+    """handle.state() of a running topology on Redis: two commits between the log's read
+    and the stores' read collect nothing it reads (issue 49)."""
+    from actors.state import _redis
+    from tests.test_restore_exact import _commit
+
+    store, log_ = provider.task_store("count", 1), provider.checkpoint_log()
+    for cid in (1, 2):
+        _commit(store, log_, cid)
+    state_at = _redis._RedisTaskStore._state_at
+
+    def racing(self, *args):
+        monkeypatch.setattr(_redis._RedisTaskStore, "_state_at", state_at)
+        for c in (3, 4):
+            _commit(store, log_, c)
+        return state_at(self, *args)
+
+    monkeypatch.setattr(_redis._RedisTaskStore, "_state_at", racing)
+    snap = provider.read_state()
+    assert (snap.checkpoint_id, snap["count"][1]) == (2, {"a": 2})
+
+
+def test_a_lost_key_that_the_commit_manifest_names_is_a_corrupt_checkpoint(provider,
+                                                                          server):
+    """Before, a task store whose checkpoint 2 was lost from Redis (its delta and record
+    gone, the rest there) restored checkpoint 1's state as 2's (issue 49)."""
+    from actors.state._manifest import ManifestedStore
+
+    s = provider.task_store("count", 0)
+    s.restore(None)
+    n1 = s.prepare(1, contract.puts(("a", 1)), [])
+    n2 = s.prepare(2, contract.puts(("a", 2), ("b", 2)), [])
+    log_ = provider.checkpoint_log()
+    log_.record(COMMITTED, 1, {0: (1, n1)})
+    log_.record(COMMITTED, 2, {0: (2, n2)})
+    assert log_.manifest(2) == {0: (2, 2)}
+    r = server.client()
+    r.delete(s.keys.delta(2))
+    r.hdel(s.keys.versions, "2")
+    fresh = ManifestedStore(provider.task_store("count", 0),
+                            lambda cid: (log_.manifest(cid) or {}).get(0))
+    with pytest.raises(CorruptCheckpoint, match=r"checkpoint 2 at redis://.*count/0/ .*"
+                                                r"no record"):
+        fresh.restore(2)
+    assert fresh.restore(1) == {k("a"): k(1)}

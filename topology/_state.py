@@ -48,6 +48,43 @@ def _check_key(key: Any) -> None:
                     f"Decimal or tuples of these, not {type(key).__name__}")
 
 
+def _plain(key: Any) -> bool:
+    """``key`` is a str or an int (exactly), or a tuple of them: a key that no key of
+    another encoding equals (``1 == 1.0 == True == Decimal(1)``, and aware datetimes of one
+    instant at different offsets, are one dict key of several encodings)."""
+    t = type(key)
+    if t is str or t is int:
+        return True
+    return t is tuple and all(type(k) is str or type(k) is int for k in key)
+
+
+def _is_nan(key: Any) -> bool:
+    if isinstance(key, tuple):
+        return any(_is_nan(k) for k in key)
+    return (isinstance(key, float) and key != key) or (
+        isinstance(key, decimal.Decimal) and key.is_nan())
+
+
+class _Held:
+    """A probe equal to the keys equal to ``key``, remembering the one a dict or set holds
+    (a lookup compares the held key with the probe: the held key's ``__eq__`` answers
+    NotImplemented for a foreign type, so the probe's is asked)."""
+
+    __slots__ = ("key", "_hash", "found")
+
+    def __init__(self, key: Any) -> None:
+        self.key, self._hash, self.found = key, hash(key), key
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self.key == other:
+            self.found = other
+            return True
+        return False
+
+
 class KeyValueState:
     """A task's key-value state (Storm's ``KeyValueState``).
 
@@ -57,8 +94,11 @@ class KeyValueState:
     Values are encoded with the wire codec at :meth:`put` (msgpack types, datetime, date,
     time, Decimal, Arrow), so :meth:`get` returns a copy: change a value, then put it
     again. Keys: ``str``, ``int``, ``float``, ``bool``, ``None``, ``bytes``, ``datetime``,
-    ``date``, ``Decimal`` or tuples of these. Keys changed since the last checkpoint are
-    tracked, so a checkpoint writes only those.
+    ``date``, ``Decimal`` or tuples of these; not NaN. Keys equal in Python are one key,
+    as in a dict: ``1``, ``1.0``, ``True`` and ``Decimal("1.0")`` (and tuples of them),
+    aware datetimes of one instant at any offset; the key kept and checkpointed is the
+    first one put (or the one restored), not a later equal argument. Keys changed since
+    the last checkpoint are tracked, so a checkpoint writes only those.
 
     In a fields-grouped bolt the state is keyed: each key belongs to a key group (the
     router's hash of the grouping's values: the key is the grouped field's value, or the
@@ -78,6 +118,9 @@ class KeyValueState:
         self._encode, self._decode = _codec()
         self._data: dict[Any, bytes] = {}
         self._dirty: set = set()
+        #: a key other than a str, an int or a tuple of them was put or restored: equal
+        #: keys may differ in encoding, so a put or delete looks up the key held
+        self._mixed = False
         self._bytes = 0  # encoded values' bytes
         #: keyed state: each key's group, computed once at its first put
         self._key_groups: dict[Any, int] = {}
@@ -90,14 +133,22 @@ class KeyValueState:
         """Set ``key`` to ``value`` (encoded now).
 
         Raises:
-            StateError: ``key`` is not of a key type, ``value`` cannot be encoded, or
-                ``key`` belongs to a key group of another task (a keyed state).
+            StateError: ``key`` is not of a key type, or is (or holds) a NaN, ``value``
+                cannot be encoded, or ``key`` belongs to a key group of another task (a
+                keyed state).
         """
         try:
             _check_key(key)
             data = self._encode(value)
         except TypeError as e:
             raise StateError(f"{self._where(key)}: {e}") from None
+        t = type(key)  # (str and int keys, the common ones, skip the call)
+        if self._mixed or (t is not str and t is not int and not _plain(key)):
+            if _is_nan(key):
+                raise StateError(f"{self._where(key)}: a NaN is equal to nothing, not even "
+                                 f"itself, so it cannot be a state key")
+            self._mixed = True
+            key = self._held(key)
         if self._groups is not None and key not in self._data:
             g = self._key_groups[key] = self._key_group(key)
             if g not in self._groups:
@@ -116,8 +167,18 @@ class KeyValueState:
         data = self._data.get(key)
         return default if data is None else self._decode(data)
 
+    def _held(self, key: Any) -> Any:
+        """The key equal to ``key`` that the state holds (or has a pending delete of),
+        else ``key``: the one whose encoding is stored."""
+        probe = _Held(key)
+        if probe in self._data or probe in self._dirty:
+            return probe.found
+        return key
+
     def delete(self, key: Any) -> None:
         """Remove ``key`` (no error if absent)."""
+        if self._mixed:
+            key = self._held(key)
         old = self._data.pop(key, None)
         if old is not None:
             self._bytes -= len(old)
@@ -160,6 +221,7 @@ class KeyValueState:
         (a restore)."""
         self._data = dict(entries)
         self._dirty = set()
+        self._mixed = not all(_plain(k) for k in self._data)
         self._bytes = sum(len(v) for v in self._data.values())
 
     @property

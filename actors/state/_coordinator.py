@@ -98,11 +98,15 @@ class CoordinatorCore:
         log_expected: the coordinator it replaces had recorded a round: a log that shows
             none is gone (kept on a lost node), and the topology fails at once, naming
             the log (never a rollback to an empty state, which would wipe every task's).
+        publishers: the tasks of two-phase-commit sinks: once a checkpoint's commit is
+            sent they may have published its output, so a corrupt one fails the topology
+            rather than fall back (the fallback's replay would publish it again).
     """
 
     def __init__(self, log: CheckpointLog, tasks, spout_tasks, interval_s: float,
                  timeout_s: float, min_pause_s: float, now: float,
-                 restarted: bool = False, others=(), log_expected: bool = False) -> None:
+                 restarted: bool = False, others=(), log_expected: bool = False,
+                 publishers=()) -> None:
         self.log = log
         self.tasks = frozenset(tasks)
         #: tasks that take no barriers but roll back with the others (the ackers)
@@ -111,6 +115,12 @@ class CoordinatorCore:
         self.interval_s, self.timeout_s, self.min_pause_s = interval_s, timeout_s, min_pause_s
         phase, cid, committed = log.load()
         self.committed: list[int] = list(committed)
+        self.publishers = frozenset(publishers)
+        #: the commit manifest of the last committed checkpoint, ``{task: (the latest
+        #: checkpoint it prepared, its entry count)}`` (actors/state/_manifest.py), and
+        #: the entry counts reported in the round in flight
+        self.manifest: dict[int, tuple[int, int]] = self._load_manifest()
+        self.round_counts: dict[int, int] = {}
         #: the highest checkpoint id ever used (ids never repeat: an aborted round's
         #: versions are discarded by the restore, and the next round takes a new id)
         self.last_id = max([cid, *self.committed, 0])
@@ -234,6 +244,7 @@ class CoordinatorCore:
             return []
         self.round, self.round_started, self.reported = self.last_id, now, set()
         self.round_finished = set()
+        self.round_counts = {}
         self.requested = False
         if self.all_data_ended():
             self.final_round = self.round
@@ -244,12 +255,15 @@ class CoordinatorCore:
         return self.tasks - self.finished <= self.data_ended
 
     def prepared(self, task: int, checkpoint_id: int, gen: int, now: float,
-                 finished: bool = False) -> list[Action]:
+                 finished: bool = False, count: int | None = None) -> list[Action]:
         """``task`` snapshotted its state for ``checkpoint_id`` (stale reports ignored);
-        ``finished``: its ``finish()`` had run by then."""
+        ``finished``: its ``finish()`` had run by then; ``count``: the entries its store
+        wrote (None: a task without state, or a store that does not tell)."""
         if gen != self.gen or checkpoint_id != self.round or self.waiting is not None:
             return []
         self.reported.add(task)
+        if count is not None:
+            self.round_counts[task] = count
         if finished:
             self.round_finished.add(task)
         return self._maybe_commit(now)
@@ -259,13 +273,18 @@ class CoordinatorCore:
             return []
         cid = self.round
         final = cid == self.final_round
-        try:
-            self.log.record(FINAL if final else COMMITTED, cid)  # the commit point
+        manifest = {**self.manifest, **{t: (cid, n) for t, n in self.round_counts.items()}}
+        try:  # the commit point (with its manifest, when tasks reported counts)
+            if manifest:
+                self.log.record(FINAL if final else COMMITTED, cid, manifest)
+            else:
+                self.log.record(FINAL if final else COMMITTED, cid)
         except Exception as e:  # not committed (or not known to be): the round fails
             self.failed_rounds += 1
             return self._rollback(now, f"checkpoint {cid} could not be committed: the log "
                                        f"did not record it: {e}")
         self.committed = (self.committed + [cid])[-2:]
+        self.manifest = manifest
         self.finished_at = {c: t for c, t in self.finished_at.items() if c in self.committed}
         self.finished_at[cid] = tuple(sorted(self.round_finished))
         self.round = None
@@ -436,24 +455,39 @@ class CoordinatorCore:
             logger.error("the topology fails: %s", self.failure)
         return []
 
+    def _load_manifest(self) -> dict[int, tuple[int, int]]:
+        load = getattr(self.log, "manifest", None)  # (a log of one's own may keep none)
+        if load is None or not self.committed:
+            return {}
+        return load(self.committed[-1]) or {}
+
     def corrupt(self, task: int, checkpoint_id: int, now: float,
                 detail: str = "") -> list[Action]:
         """``task`` found checkpoint ``checkpoint_id`` corrupt (``detail``: what and where):
         it is given up (with every later one) and the topology rolls back to the one
-        before; with no committed checkpoint before it the topology fails
+        before; with no committed checkpoint before it, or with two-phase-commit sinks
+        (:attr:`publishers`: they may have published it), the topology fails
         (:attr:`failure`), naming the task, the checkpoint and the detail (a rollback to
-        none would restore empty state, and publish again what sinks published)."""
+        none would restore empty state, and a fallback publish again what sinks
+        published). A store that lacks what the commit manifest names is corrupt too."""
         if self.failure is not None:
             return []
         self.committed = [c for c in self.committed if c < checkpoint_id]
         self.final = False
-        if not self.committed:
+        why = None
+        if self.publishers and self.committed:
+            why = (f"two-phase-commit sink tasks {sorted(self.publishers)} may have "
+                   f"published its output, which a fallback to checkpoint "
+                   f"{self.committed[-1]} would publish again")
+        elif not self.committed:
+            why = "no committed checkpoint before it is kept"
+        if why is not None:
             self.failure = (f"task {task}: checkpoint {checkpoint_id} is corrupt ({detail}) "
-                            f"and no committed checkpoint before it is kept; start from a "
-                            f"savepoint, or anew")
+                            f"and {why}; start from a savepoint, or anew")
             self.round = None
             logger.error("the topology fails: %s", self.failure)
             return []
+        self.manifest = self._load_manifest()
         logger.warning("task %d: checkpoint %d is corrupt; rolling back to the one before",
                        task, checkpoint_id)
         return self._rollback(now, f"task {task} found checkpoint {checkpoint_id} corrupt")

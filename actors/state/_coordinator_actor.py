@@ -46,12 +46,13 @@ def _ray_actor():
         """
 
         def __init__(self, prefix: str, topology_name: str, conf: dict, tasks: dict,
-                     spout_tasks, ackers=()) -> None:
+                     spout_tasks, ackers=(), publishers=()) -> None:
             from actors._routing import TASK, actor_name
             from actors._store import first_start, was_started
 
             logging.basicConfig(level=logging.INFO)
             self._prefix = prefix
+            self._publishers = tuple(publishers)  # (two-phase-commit sinks' tasks)
             self._hosts = {int(t): int(h) for t, h in tasks.items()}
             self._handles: dict = {}
             self._actor_name = lambda t: actor_name(prefix, TASK, t)
@@ -89,7 +90,8 @@ def _ray_actor():
                         float(conf["topology.state.checkpoint.timeout.secs"]),
                         conf["topology.state.checkpoint.min.pause.ms"] / 1000.0,
                         time.monotonic(), restarted,
-                        [t for t in self._hosts if t in set(ackers)], self._log_marked)
+                        [t for t in self._hosts if t in set(ackers)], self._log_marked,
+                        self._publishers)
                     break
                 except Exception as e:  # (its Redis is away): tried again
                     logger.warning("the checkpoint log did not open (%s); trying again", e)
@@ -212,11 +214,11 @@ def _ray_actor():
                     self._send(getattr(self.core, method)(*args, time.monotonic()))
 
         def prepared(self, task: int, checkpoint_id: int, gen: int,
-                     finished: bool = False) -> None:
+                     finished: bool = False, count: int | None = None) -> None:
             with self._lock:
                 if self.core is not None:
                     self._send(self.core.prepared(task, checkpoint_id, gen,
-                                                  time.monotonic(), finished))
+                                                  time.monotonic(), finished, count))
 
         def paused(self, task: int, gen: int) -> None:
             self._event("paused", task, gen)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 
+from actors.state._manifest import check_manifest
 from actors.state._provider import (
     COMMIT_PHASES,
     COMMITTED,
@@ -36,6 +37,13 @@ class _MemoryTaskStore(TaskStore):
             for key, grp, value in entries:
                 self._rows.setdefault(key, {})[checkpoint_id] = (grp, value)
                 keys.add(key)
+        return len(entries)
+
+    def check_prepared(self, checkpoint_id: int, count: int | None) -> None:
+        with self._lock:
+            keys = self._by_ver.get(checkpoint_id)
+            check_manifest("memory", checkpoint_id, count, self._collected or None,
+                            None if keys is None else len(keys))
 
     def _drop_version(self, ver: int) -> None:
         for key in self._by_ver.pop(ver, ()):
@@ -89,18 +97,28 @@ class _MemoryTaskStore(TaskStore):
 class _MemoryLog(CheckpointLog):
     def __init__(self) -> None:
         self._phase, self._id, self._committed = COMMITTED, 0, []
+        self._manifests: dict[int, dict] = {}
         self._lock = threading.Lock()
 
     def load(self) -> tuple[str, int, list[int]]:
         with self._lock:
             return self._phase, self._id, list(self._committed)
 
-    def record(self, phase: str, checkpoint_id: int) -> None:
+    def record(self, phase: str, checkpoint_id: int, manifest: dict | None = None) -> None:
         _check_phase(phase)
         with self._lock:
             self._phase, self._id = phase, checkpoint_id
             if phase in COMMIT_PHASES and checkpoint_id not in self._committed:
                 self._committed = sorted([*self._committed, checkpoint_id])[-_KEEP_COMMITTED:]
+            if phase in COMMIT_PHASES and manifest is not None:
+                self._manifests[checkpoint_id] = dict(manifest)
+            self._manifests = {c: m for c, m in self._manifests.items()
+                               if c in self._committed}
+
+    def manifest(self, checkpoint_id: int) -> dict[int, tuple[int, int]] | None:
+        with self._lock:
+            m = self._manifests.get(checkpoint_id)
+            return None if m is None else dict(m)
 
 
 class MemoryProvider(StateProvider):

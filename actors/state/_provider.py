@@ -54,10 +54,14 @@ class TaskStore(ABC):
 
     @abstractmethod
     def prepare(self, checkpoint_id: int, puts: list[tuple[int, bytes, bytes]],
-                deletes: list[tuple[int, bytes]]) -> None:
+                deletes: list[tuple[int, bytes]]) -> int | None:
         """Write checkpoint ``checkpoint_id``'s changes durably, atomically: ``puts``
         ``(key_group, key, value)``, ``deletes`` ``(key_group, key)``. Writing the same id
-        again replaces what that id held (idempotent). Blocks for the write."""
+        again replaces what that id held (idempotent). Blocks for the write.
+
+        Returns:
+            The number of entries written (distinct keys), which the commit manifest
+            records; None: the store does not tell (its restores are not checked)."""
 
     @abstractmethod
     def restore(self, checkpoint_id: int | None,
@@ -69,6 +73,15 @@ class TaskStore(ABC):
         Raises:
             CorruptCheckpoint: the data of that checkpoint fails its check.
         """
+
+    def check_prepared(self, checkpoint_id: int, count: int | None) -> None:  # noqa: B027
+        """Raise :class:`CorruptCheckpoint` (naming the store's path or key) unless this
+        store holds what checkpoint ``checkpoint_id`` wrote: its record with ``count``
+        entries (None: any), or a base collected at or above it. The commit manifest
+        names both; a store that lost them (a deleted key, a database created anew)
+        would otherwise restore as if that checkpoint wrote nothing. Flink's checkpoint
+        metadata likewise lists every task's state handles, and a missing one fails the
+        restore. The default checks nothing. Blocks for one read."""
 
     @abstractmethod
     def collect(self, keep_from: int) -> None:
@@ -88,9 +101,17 @@ class CheckpointLog(ABC):
         gives ``(COMMITTED, 0, [])``."""
 
     @abstractmethod
-    def record(self, phase: str, checkpoint_id: int) -> None:
+    def record(self, phase: str, checkpoint_id: int, manifest: dict | None = None) -> None:
         """Durably set the phase (``COMMITTED`` and ``FINAL`` append ``checkpoint_id`` to
-        the committed ids, keeping the last two)."""
+        the committed ids, keeping the last two, with ``manifest``, written by the same
+        commit: ``{task: (the latest checkpoint <= checkpoint_id it prepared, its entry
+        count)}`` for every stateful task; the coordinator passes it only when tasks
+        reported counts)."""
+
+    def manifest(self, checkpoint_id: int) -> dict[int, tuple[int, int]] | None:
+        """The commit manifest recorded with committed ``checkpoint_id`` (None: none
+        kept, or a log that keeps none)."""
+        return None
 
     def where(self) -> str:
         """Where the log is kept (a path, a key), for messages."""

@@ -43,6 +43,14 @@ import threading
 from collections.abc import Iterable
 from urllib.parse import quote, unquote
 
+from actors.state._manifest import check_manifest, manifest_of, manifest_text
+from actors.state._pins import (
+    lowest_pin_redis,
+    pin_newest,
+    pin_redis,
+    read_newest_whole,
+    unpin_redis,
+)
 from actors.state._provider import (
     COMMIT_PHASES,
     COMMITTED,
@@ -150,6 +158,7 @@ class _RedisTaskStore(TaskStore):
 
     def __init__(self, client: _Client, root: str, component: str, task: int) -> None:
         self._client = client
+        self._root = root
         self.keys = _TaskKeys(root, component, task)
         self.name = f"redis://{client.address} {self.keys.prefix}"
         self._lock = threading.Lock()
@@ -167,8 +176,8 @@ class _RedisTaskStore(TaskStore):
         return _Meta(*self._client.transaction(build, what))
 
     def prepare(self, checkpoint_id: int, puts: list[tuple[int, bytes, bytes]],
-                deletes: list[tuple[int, bytes]]) -> None:
-        """See :meth:`TaskStore.prepare`.
+                deletes: list[tuple[int, bytes]]) -> int:
+        """See :meth:`TaskStore.prepare` (returns the entry count).
 
         Raises:
             ValueError: ``checkpoint_id`` is at or below the collected base.
@@ -200,6 +209,17 @@ class _RedisTaskStore(TaskStore):
                 pipe.sadd(k.registry, k.member)
             self._client.transaction(build, f"prepare of checkpoint {checkpoint_id}")
             self._seen = True
+        return len(entries)
+
+    def check_prepared(self, checkpoint_id: int, count: int | None) -> None:
+        """See :meth:`TaskStore.check_prepared` (one transaction; RedisStateError)."""
+        meta = self._meta(f"check of checkpoint {checkpoint_id}")
+        record = meta.versions.get(checkpoint_id)
+        try:
+            n = None if record is None else int(record.split()[0])
+        except (ValueError, IndexError):
+            n = -1  # (unreadable: a mismatch; the restore names it)
+        check_manifest(self.name, checkpoint_id, count, meta.base, n)
 
     def _decode(self, ver: int, raw: dict) -> list[tuple[bytes, int, bytes | None]]:
         """The entries of ``delta/<ver>`` sorted by key (``CorruptCheckpoint`` for one
@@ -329,6 +349,9 @@ class _RedisTaskStore(TaskStore):
         collection folds what this one left; a restore reports the damaged delta)."""
         k = self.keys
         try:
+            pin = lowest_pin_redis(self._client, self._root)
+            if pin is not None:  # a reader's: kept restorable until it releases the pin
+                keep_from = min(keep_from, pin)
             with self._lock:
                 meta = self._meta(f"collect up to checkpoint {keep_from}")
                 if meta.base is not None and keep_from <= meta.base:
@@ -380,6 +403,9 @@ class _RedisLog(CheckpointLog):
     def __init__(self, client: _Client, root: str) -> None:
         self._client = client
         self.round_key, self.committed_key = root + "log", root + "committed"
+        self.manifest_key = root + "manifest"
+        #: the committed ids as this object last knew them (whose manifests are kept)
+        self._kept: list[int] = []
 
     def load(self) -> tuple[str, int, list[int]]:
         """See :meth:`CheckpointLog.load`.
@@ -392,12 +418,14 @@ class _RedisLog(CheckpointLog):
             pipe.zrange(self.committed_key, 0, -1)
         row, ids = self._client.transaction(build, "load of the checkpoint log")
         committed = sorted(int(i) for i in ids)
+        self._kept = committed[-_KEEP_COMMITTED:]
         if not row:
             return COMMITTED, 0, committed
         return row[b"phase"].decode(), int(row[b"ckpt"]), committed
 
-    def record(self, phase: str, checkpoint_id: int) -> None:
-        """See :meth:`CheckpointLog.record`.
+    def record(self, phase: str, checkpoint_id: int, manifest: dict | None = None) -> None:
+        """See :meth:`CheckpointLog.record` (the manifests in the hash ``<root>manifest``,
+        by id; those of ids no longer committed are removed by the next record).
 
         Raises:
             ValueError: an unknown phase.
@@ -405,12 +433,31 @@ class _RedisLog(CheckpointLog):
         """
         _check_phase(phase)
 
+        commit = phase in COMMIT_PHASES
+        stale = [str(c) for c in self._kept[:-1]] if commit else []
+
         def build(pipe) -> None:
             pipe.hset(self.round_key, mapping={"phase": phase, "ckpt": str(checkpoint_id)})
-            if phase in COMMIT_PHASES:
+            if commit:
                 pipe.zadd(self.committed_key, {str(checkpoint_id): checkpoint_id})
                 pipe.zremrangebyrank(self.committed_key, 0, -_KEEP_COMMITTED - 1)
+                if manifest is not None:
+                    pipe.hset(self.manifest_key, str(checkpoint_id), manifest_text(manifest))
+                if stale:
+                    pipe.hdel(self.manifest_key, *stale)
         self._client.transaction(build, f"record of {phase} {checkpoint_id}")
+        if commit:
+            self._kept = sorted({*self._kept[-1:], checkpoint_id})
+
+    def manifest(self, checkpoint_id: int) -> dict[int, tuple[int, int]] | None:
+        """See :meth:`CheckpointLog.manifest`.
+
+        Raises:
+            RedisStateError: a Redis command failed.
+        """
+        key = self.manifest_key
+        return manifest_of(self._client.call(
+            "HGET " + key, lambda: self._client.redis.hget(key, str(checkpoint_id))))
 
     def where(self) -> str:
         return f"Redis key {self.round_key}"
@@ -521,28 +568,24 @@ class RedisProvider(StateProvider):
         for m in sorted(x.decode() for x in members):
             comp, _, task = m.rpartition("/")
             tasks.setdefault(unquote(comp), []).append(int(task))
-        candidates = ([checkpoint_id] if checkpoint_id is not None
-                      else list(reversed(_RedisLog(self._client, self.root).load()[2])))
-        state = {c: {t: {} for t in sorted(ts)} for c, ts in tasks.items()}
-        used = None
-        for i, ckpt in enumerate(candidates):
-            try:
-                read = {}
-                for comp, ts in tasks.items():
-                    read[comp] = {}
-                    for t in sorted(ts):
-                        store = _RedisTaskStore(self._client, self.root, comp, t)
-                        raw = store._state_at(ckpt, store._meta("read_state"),
-                                              _USER_GROUPS)
-                        read[comp][t] = {decode_key(k): decode_value(v)
-                                         for k, v in raw.items()}
-                state, used = read, ckpt
-                break
-            except CorruptCheckpoint as e:
-                if i + 1 == len(candidates):
-                    raise
-                log.warning("%s; reading committed checkpoint %d instead", e,
-                            candidates[i + 1])
+        client, root = self._client, self.root
+        candidates, pin = pin_newest(lambda: _RedisLog(client, root).load()[2],
+                                     lambda c: pin_redis(client, root, c),
+                                     lambda m: unpin_redis(client, root, m), checkpoint_id)
+
+        def read(ckpt: int) -> dict:
+            out: dict = {}
+            for comp, ts in tasks.items():
+                out[comp] = {}
+                for t in sorted(ts):
+                    store = _RedisTaskStore(client, root, comp, t)
+                    raw = store._state_at(ckpt, store._meta("read_state"), _USER_GROUPS)
+                    out[comp][t] = {decode_key(k): decode_value(v) for k, v in raw.items()}
+            return out
+        state, used = read_newest_whole(
+            candidates, read, lambda: pin is not None and unpin_redis(client, root, pin))
+        if state is None:
+            state = {c: {t: {} for t in sorted(ts)} for c, ts in tasks.items()}
         snapshot = StateSnapshot(state)
         snapshot.checkpoint_id = used
         return snapshot

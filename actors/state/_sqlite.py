@@ -41,6 +41,8 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote, unquote
 
+from actors.state._manifest import check_manifest, manifest_of, manifest_text
+from actors.state._pins import lowest_pin_local
 from actors.state._provider import (
     COMMIT_PHASES,
     COMMITTED,
@@ -157,6 +159,8 @@ CREATE TABLE IF NOT EXISTS round (one INTEGER PRIMARY KEY CHECK (one = 0),
                                   phase TEXT NOT NULL, ckpt INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS committed (ckpt INTEGER PRIMARY KEY);
 """
+#: the commit manifests of the committed ids kept (created in a log of before it too)
+_MANIFEST_TABLE = "CREATE TABLE IF NOT EXISTS manifest (ckpt INTEGER PRIMARY KEY, tasks TEXT)"
 
 
 #: per connection: WAL journal; ``synchronous=NORMAL`` (a commit survives the death of the
@@ -291,8 +295,10 @@ class _LocalTaskStore(TaskStore):
     prepared again (``ValueError``): what it changed is folded into ``base``.
     """
 
-    def __init__(self, path: str, on_close=None) -> None:
+    def __init__(self, path: str, on_close=None, pinned=None) -> None:
         self.path = path
+        #: () -> the lowest checkpoint id a reader pinned, or None (actors/state/_pins.py)
+        self._pinned = pinned
         #: the database did not exist before this store opened it: a restore of a
         #: committed checkpoint before this store wrote one is refused (MissingState)
         self._created = not os.path.exists(path)
@@ -314,6 +320,14 @@ class _LocalTaskStore(TaskStore):
                             ((checkpoint_id, k, g, v) for k, g, v in entries))
             con.execute("INSERT OR REPLACE INTO versions (version, n, crc) VALUES (?, ?, ?)",
                         (checkpoint_id, n, crc))
+        return n
+
+    def check_prepared(self, checkpoint_id: int, count: int | None) -> None:
+        with self._lock:
+            base = _base_id(self._con)
+            row = self._con.execute("SELECT n FROM versions WHERE version = ?",
+                                    (checkpoint_id,)).fetchone()
+        check_manifest(self.path, checkpoint_id, count, base, None if row is None else row[0])
 
     def restore(self, checkpoint_id: int | None,
                 groups: range | None = None) -> dict[bytes, bytes]:
@@ -342,6 +356,9 @@ class _LocalTaskStore(TaskStore):
                 raise CorruptCheckpoint(self.path, checkpoint_id, str(e)) from None
 
     def collect(self, keep_from: int) -> None:
+        pin = self._pinned() if self._pinned is not None else None
+        if pin is not None:  # a reader's: kept restorable until it releases the pin
+            keep_from = min(keep_from, pin)
         with self._lock:
             with _Transaction(self._con) as con:
                 base = _base_id(con)
@@ -377,13 +394,14 @@ class _LocalLog(CheckpointLog):
     def __init__(self, path: str) -> None:
         self.path = path
         self._con = _open(path, _LOG_SCHEMA)
+        self._con.execute(_MANIFEST_TABLE)
         self._lock = threading.Lock()
 
     def load(self) -> tuple[str, int, list[int]]:
         with self._lock:
             return _load_log(self._con)
 
-    def record(self, phase: str, checkpoint_id: int) -> None:
+    def record(self, phase: str, checkpoint_id: int, manifest: dict | None = None) -> None:
         _check_phase(phase)
         with self._lock, _Transaction(self._con) as con:
             con.execute("INSERT OR REPLACE INTO round (one, phase, ckpt) VALUES (0, ?, ?)",
@@ -393,6 +411,17 @@ class _LocalLog(CheckpointLog):
                             (checkpoint_id,))
                 con.execute("DELETE FROM committed WHERE ckpt NOT IN (SELECT ckpt FROM "
                             "committed ORDER BY ckpt DESC LIMIT ?)", (_KEEP_COMMITTED,))
+                if manifest is not None:
+                    con.execute("INSERT OR REPLACE INTO manifest (ckpt, tasks) VALUES (?, ?)",
+                                (checkpoint_id, manifest_text(manifest)))
+                con.execute("DELETE FROM manifest WHERE ckpt NOT IN (SELECT ckpt FROM "
+                            "committed)")
+
+    def manifest(self, checkpoint_id: int) -> dict[int, tuple[int, int]] | None:
+        with self._lock:
+            row = self._con.execute("SELECT tasks FROM manifest WHERE ckpt = ?",
+                                    (checkpoint_id,)).fetchone()
+        return manifest_of(None if row is None else row[0])
 
     def where(self) -> str:
         return self.path
@@ -491,7 +520,8 @@ class LocalProvider(StateProvider):
         except OSError as e:
             raise StateDirError(folder, f"cannot be created ({e})") from None
         store = _LocalTaskStore(os.path.join(folder, f"task-{int(task)}.db"),
-                                on_close=self._forget)
+                                on_close=self._forget,
+                                pinned=lambda: lowest_pin_local(self.root))
         with self._lock:
             self._open.append(store)
         return store

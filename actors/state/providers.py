@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import quote
 
 from actors.state._memory import MemoryProvider
+from actors.state._pins import pin_local, pin_newest, read_newest_whole, unpin_local
 from actors.state._provider import CorruptCheckpoint, StateProvider
 from actors.state._redis import RedisProvider, RedisStateError
 from actors.state._sqlite import (
@@ -250,20 +251,12 @@ def read_raw(path: str, checkpoint_id: int | None = None) -> StateSnapshot:
     copies. Same arguments, result shape and errors."""
     root, component_dir = _locate(path)
     files = _task_files(root, component_dir)
-    candidates = ([checkpoint_id] if checkpoint_id is not None
-                  else list(reversed(committed_checkpoints(root))))
-    state: dict | None = None
-    used: int | None = None
+    candidates, pin = pin_newest(lambda: committed_checkpoints(root),
+                                 lambda c: pin_local(root, c), unpin_local, checkpoint_id)
+    state, used = read_newest_whole(candidates, lambda c: _read_at(files, c),
+                                    lambda: unpin_local(pin))
     if not candidates:
         state = {c: {t: {} for t in tasks} for c, tasks in files.items()}
-    for i, ckpt in enumerate(candidates):
-        try:
-            state, used = _read_at(files, ckpt), ckpt
-            break
-        except CorruptCheckpoint as e:
-            if i + 1 == len(candidates):
-                raise
-            log.warning("%s; reading committed checkpoint %d instead", e, candidates[i + 1])
     snapshot = StateSnapshot(state[_component_name(component_dir)] if component_dir
                              else state)
     snapshot.checkpoint_id = used
@@ -281,7 +274,10 @@ def read_state(path: str, checkpoint_id: int | None = None) -> StateSnapshot:
     last committed checkpoint in the submit's log; if that one fails its check, a warning
     is logged naming it and the committed one before is read. No committed checkpoint:
     every task empty, ``checkpoint_id`` None. The result's ``checkpoint_id`` says which
-    was read. Blocks for the reads; a running topology may go on writing meanwhile.
+    was read. Blocks for the reads; a running topology may go on writing meanwhile, and
+    its collection keeps the checkpoint being read: it is pinned by a file beside the log
+    while read, then released (``actors/state/_pins.py``; not in a directory this cannot
+    write, where nothing collects).
 
     Raises:
         FileNotFoundError: ``path`` is not a submit's or component's state directory.

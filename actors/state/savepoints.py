@@ -3,23 +3,34 @@ topology, and a new submit started from one (Flink's savepoints and ``--fromSave
 
 Layout of a savepoint directory::
 
-    metadata.json        {"format_version": 1, "topology": name, "checkpoint_id": N,
-                          "components": {component: number of tasks}, "created": epoch s}
+    metadata.json        {"format_version": 2, "topology": name, "checkpoint_id": N,
+                          "components": {component with state: number of tasks},
+                          "created": epoch s, "key_groups": G (topology.max.task.
+                          parallelism), "tasks": {every component: number of tasks},
+                          "keyed": {keyed component: [[source, stream, grouping,
+                          [key fields]], ...]}, "forward": [[source, component], ...]}
     state/<component>/<task index>.msgpack
                          [[key bytes, value bytes], ...]: the task's entries as stored,
                          the runtime's own (persistent windows, sinks' transactions) too
     _COMMITTED           written last: a directory without it is not a savepoint
 
 Entries go by task *index* within their component, so a restore at the same parallelism
-gives each new task what the old task of that index had. Pure: no Ray.
+gives each new task what the old task of that index had. A restore is exact or refused at
+submit (:func:`check_restore`): keyed state is stored by key group, so another key-group
+count, other key fields or another grouping would put keys in groups their tasks do not
+own, as Flink's ``StateAssignmentOperation`` refuses a changed max parallelism; a forward
+(chained) edge pairs task k with task k, so its peers' counts must not change either. A
+format-1 savepoint (before these were recorded) restores at the same task counts only,
+its key-group count taken to be the current one, with a warning. Pure: no Ray.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
@@ -27,8 +38,15 @@ import msgpack
 from actors.state._internals import INTERNAL_GROUP, INTERNAL_PREFIX
 from actors.state._provider import COMMITTED, StateProvider
 from topology import StormTopology
+from topology._builder import FORWARD
+from topology._keygroups import KEY_GROUPS_KEY, key_group_count
 
-FORMAT_VERSION = 1
+logger = logging.getLogger("storm_on_ray.savepoints")
+
+#: 2: metadata.json records the key-group count, the keyed components' key fields and
+#: groupings, every component's task count and the forward edges; 1 is read, checked less
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
 MARKER = "_COMMITTED"
 METADATA = "metadata.json"
 
@@ -47,6 +65,10 @@ class Savepoint:
     checkpoint_id: int
     components: dict[str, int]
     entries: dict[str, dict[int, dict[bytes, bytes]]]
+    #: what format 2 records of the topology it was taken from (:func:`describe`); empty
+    #: for format 1
+    layout: dict = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
 
 
 def check_target(path: str) -> str:
@@ -62,11 +84,31 @@ def check_target(path: str) -> str:
     return path
 
 
+def describe(topology: StormTopology, conf: dict) -> dict:
+    """What a restore of keyed state depends on, as format 2 records it: ``key_groups``
+    (``topology.max.task.parallelism``), ``tasks`` (every component's task count),
+    ``keyed`` (each keyed stateful component's inputs ``[source, stream, grouping, [key
+    fields]]``, sorted) and ``forward`` (the ``[source, component]`` forward edges)."""
+    from actors.state._plan import keyed_state
+
+    keyed, forward = {}, []
+    for cid, spec in sorted(topology.components.items()):
+        forward += [[g.source, cid] for g in spec.inputs if g.kind == FORWARD]
+        tasks = topology.component_tasks.get(cid)
+        if tasks and keyed_state(topology, cid, tasks[0], conf)[0] is not None:
+            keyed[cid] = sorted([g.source, g.stream, g.kind, list(g.fields or ())]
+                                for g in spec.inputs)
+    return {"key_groups": key_group_count(conf),
+            "tasks": {c: len(t) for c, t in sorted(topology.component_tasks.items())},
+            "keyed": keyed, "forward": sorted(forward)}
+
+
 def write_savepoint(path: str, topology_name: str, checkpoint_id: int,
                     state: dict[str, dict[int, dict[bytes, bytes]]],
-                    component_tasks: dict[str, list[int]]) -> str:
+                    component_tasks: dict[str, list[int]], layout: dict) -> str:
     """Write ``state`` (``{component: {task id: {key: value}}}``, as stored, as of
-    ``checkpoint_id``) to ``path``; the marker last. Blocks for the writes.
+    ``checkpoint_id``) to ``path``, with ``layout`` (:func:`describe` of the topology it
+    was taken from) in its metadata; the marker last. Blocks for the writes.
 
     Returns:
         The absolute path.
@@ -87,7 +129,7 @@ def write_savepoint(path: str, topology_name: str, checkpoint_id: int,
     meta = {"format_version": FORMAT_VERSION, "topology": topology_name,
             "checkpoint_id": checkpoint_id,
             "components": {c: counts.get(c, len(t)) for c, t in state.items()},
-            "created": time.time()}
+            "created": time.time(), **layout}
     with open(os.path.join(path, METADATA), "w") as f:
         json.dump(meta, f, indent=2)
     with open(os.path.join(path, MARKER), "w") as f:
@@ -111,10 +153,10 @@ def read_savepoint(path: str) -> Savepoint:
     try:
         with open(os.path.join(path, METADATA)) as f:
             meta = json.load(f)
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise SavepointError(f"savepoint {path}: format version "
-                                 f"{meta.get('format_version')!r}, this version reads "
-                                 f"{FORMAT_VERSION}")
+        version = meta.get("format_version")
+        if version not in READ_VERSIONS:
+            raise SavepointError(f"savepoint {path}: format version {version!r}, this "
+                                 f"version reads {' and '.join(map(str, READ_VERSIONS))}")
         entries: dict[str, dict[int, dict[bytes, bytes]]] = {}
         for component in meta["components"]:
             d = os.path.join(path, "state", component)
@@ -124,8 +166,14 @@ def read_savepoint(path: str) -> Savepoint:
                     pairs = msgpack.unpackb(f.read(), raw=False)
                 entries[component][int(name.split(".")[0])] = {bytes(k): bytes(v)
                                                                for k, v in pairs}
+        layout = {k: meta[k] for k in ("key_groups", "tasks", "keyed", "forward")
+                  if k in meta}
+        if version >= 2 and len(layout) < 4:
+            raise KeyError(f"{sorted({'key_groups', 'tasks', 'keyed', 'forward'} - set(layout))}"
+                           f" missing from {METADATA}")
         return Savepoint(path, meta["topology"], int(meta["checkpoint_id"]),
-                         {c: int(n) for c, n in meta["components"].items()}, entries)
+                         {c: int(n) for c, n in meta["components"].items()}, entries,
+                         layout, version)
     except SavepointError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -134,13 +182,19 @@ def read_savepoint(path: str) -> Savepoint:
 
 
 def check_restore(savepoint: Savepoint, topology: StormTopology,
-                  allow_non_restored_state: bool = False) -> None:
-    """Refuse a restore that would lose state or mismatch tasks.
+                  allow_non_restored_state: bool = False, conf: dict | None = None) -> None:
+    """Refuse a restore that would lose state or put it where its tasks do not look.
+
+    ``conf``: the new submit's (its ``topology.max.task.parallelism``); None: the
+    defaults.
 
     Raises:
         SavepointError: a component with state in the savepoint is missing from
             ``topology`` (unless ``allow_non_restored_state``, Flink's flag), or has
-            another number of tasks (naming it).
+            another number of tasks; and, for format 2, a keyed component restored under
+            another key-group count, other key fields or another grouping, or a forward
+            (chained) edge one of whose ends has state and whose other end's task count
+            changed. The message names the component, what differs and both values.
     """
     for component, n in sorted(savepoint.components.items()):
         tasks = topology.component_tasks.get(component)
@@ -155,6 +209,47 @@ def check_restore(savepoint: Savepoint, topology: StormTopology,
             raise SavepointError(
                 f"savepoint {savepoint.path}: component {component!r} had {n} tasks, "
                 f"this topology gives it {len(tasks)}; restore at the same parallelism")
+    conf = dict(conf or {})
+    now = describe(topology, conf)
+    was = savepoint.layout
+    if not was:  # format 1
+        logger.warning("savepoint %s is of format 1: its key-group count (taken to be this "
+                       "topology's, %d), key fields, groupings and forward peers' task "
+                       "counts are not recorded, so not checked", savepoint.path,
+                       now["key_groups"])
+        return
+    restored = [c for c in sorted(savepoint.components) if c in topology.component_tasks]
+    for component in restored:
+        old, new = was["keyed"].get(component), now["keyed"].get(component)
+        if old is not None and was["key_groups"] != now["key_groups"]:
+            raise SavepointError(
+                f"savepoint {savepoint.path}: component {component!r}: savepoint has "
+                f"{was['key_groups']} key groups, {KEY_GROUPS_KEY} is "
+                f"{now['key_groups']}; restore with {was['key_groups']}")
+        if old != new:
+            raise SavepointError(
+                f"savepoint {savepoint.path}: component {component!r}: savepoint has "
+                f"{_inputs(old)}, this topology has {_inputs(new)}; restore with the "
+                f"key fields and grouping of the savepoint")
+    stateful = set(restored)
+    for source, target in sorted(set(map(tuple, was["forward"] + now["forward"]))):
+        if not {source, target} & stateful:
+            continue
+        for peer in (source, target):
+            old, new = was["tasks"].get(peer), now["tasks"].get(peer)
+            if old != new:
+                raise SavepointError(
+                    f"savepoint {savepoint.path}: component {peer!r}: savepoint has "
+                    f"{old} tasks, this topology has {new}, and its forward (chained) edge "
+                    f"{source!r} -> {target!r} pairs the tasks of a component with state "
+                    f"by index; restore with {old}")
+
+
+def _inputs(inputs: list | None) -> str:
+    if inputs is None:
+        return "per-task state (not keyed by a fields grouping)"
+    return "keyed state grouped by " + ", ".join(
+        f"{kind} {fields} of {source!r}/{stream!r}" for source, stream, kind, fields in inputs)
 
 
 def seed_provider(provider: StateProvider, savepoint: Savepoint, topology: StormTopology,
@@ -170,6 +265,7 @@ def seed_provider(provider: StateProvider, savepoint: Savepoint, topology: Storm
     from actors._codec import decode_key
 
     cid = savepoint.checkpoint_id
+    manifest = {}  # (each seeded task's entry count: its first restore checks it)
     for component, tasks in savepoint.entries.items():
         ids = topology.component_tasks.get(component)
         if ids is None:
@@ -181,7 +277,9 @@ def seed_provider(provider: StateProvider, savepoint: Savepoint, topology: Storm
                      else (kg(decode_key(k)) if kg is not None else 0), k, v)
                     for k, v in entries.items()]
             store = provider.task_store(component, task)
-            store.prepare(cid, puts, [])
+            n = store.prepare(cid, puts, [])
             store.close()
-    provider.checkpoint_log().record(COMMITTED, cid)
+            if n is not None:
+                manifest[task] = (cid, n)
+    provider.checkpoint_log().record(COMMITTED, cid, manifest or None)
     return cid
