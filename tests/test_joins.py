@@ -455,3 +455,15 @@ def test_process_can_be_overridden_and_emits_anchored_to_the_pair(clock):
     ex.execute(left)
     ex.execute(right)
     assert col.emitted == [((3,), [left, right])]
+
+
+def test_interval_projection_is_joinbolts():
+    """The interval join's pair projection reads as ``JoinBolt``'s: first non-None value
+    in (left, right) order, restricted by a ``stream:`` prefix, None when missing."""
+    bolt = IntervalJoinBolt("S1", "key", "s2", "key").select("id, s2:id, S2:key, key, ts.x")
+    for left, right in zip(_stream(5)[::2], _stream(6)[1::2], strict=False):
+        left = Tuple([left["id"], None, left["ts"]], IFIELDS, "s1", 1, "default")
+        right = Tuple([right["id"], right["key"], {"x": 1}], IFIELDS, "s2", 2, "default")
+        assert bolt.project_pair(left, right) == bolt.project((left, right))
+    assert bolt.project_pair(left, right) == [left["id"], right["id"], right["key"],
+                                              right["key"], 1]

@@ -460,13 +460,44 @@ class IntervalJoinBolt(_JoinBase):
 
     def side_of(self, tup: Tuple) -> int | None:
         """0 for the left stream, 1 for the right, None for neither."""
-        s = self.stream_of(tup)
-        return 0 if s == self.left.stream else 1 if s == self.right.stream else None
+        name = tup.source_component if self._selector is Selector.SOURCE else tup.source_stream
+        sides = self.__dict__.get("_sides")
+        if sides is None:
+            sides = self._sides = {}
+        side = sides.get(name, -1)
+        if side == -1:
+            s = name.casefold()
+            side = sides[name] = (0 if s == self.left.stream else 1 if s == self.right.stream
+                                  else None)
+        return side
 
     def key_of(self, tup: Tuple, side: int) -> Any:
         """The join key of ``tup`` (hashable), None when missing."""
         sel = self.right if side else self.left
+        if len(sel.path) == 1:
+            key = tup.get(sel.path[0])
+            return key if type(key) in (int, str) else _hashable(key)
         return _hashable(sel.lookup(tup, sel.stream))
+
+    def project_pair(self, left: Tuple, right: Tuple) -> list:
+        """:meth:`project` of ``(left, right)``, with each selector's sides known."""
+        plan = self.__dict__.get("_plan")
+        if plan is None:
+            plan = self._plan = [
+                (sel, [(side, st) for side, st in ((0, self.left.stream),
+                                                    (1, self.right.stream))
+                       if sel.stream is None or sel.stream == st])
+                for sel in self._output_fields or ()]
+        pair = (left, right)
+        out = []
+        for sel, sides in plan:
+            value = None
+            for side, st in sides:
+                value = sel.lookup(pair[side], st)
+                if value is not None:
+                    break
+            out.append(value)
+        return out
 
     def output_names(self) -> list[str]:
         names = super().output_names()
@@ -487,7 +518,7 @@ class IntervalJoinBolt(_JoinBase):
         """One matching pair (Flink's ``ProcessJoinFunction.processElement``); emits the
         selected fields, plus ``output_timestamp`` when ``with_output_timestamp_field``.
         Override to emit through :attr:`collector` instead."""
-        values = self.project((left, right))
+        values = self.project_pair(left, right)
         if self.output_timestamp_field is not None:
             values.append(self.output_timestamp)
         self.collector.emit(values, self.output_stream)
