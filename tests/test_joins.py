@@ -345,7 +345,7 @@ def test_late_and_bad_timestamps_go_to_the_late_stream_and_the_error_count(clock
     ex, col = _interval_executor(bolt)
     ex.execute(Tuple([0, 1, 100], IFIELDS, "s1", 1, "default"))
     ex.execute(Tuple([1, 1, 100], IFIELDS, "s2", 2, "default"))
-    clock[0] += 10
+    clock[0] += 1000   # the next watermark interval
     ex.execute(_TICK)
     assert ex.watermark == 100
     ex.execute(Tuple([2, 1, 99], IFIELDS, "s2", 2, "default"))

@@ -5,7 +5,9 @@ buffer, and expires buffered tuples as the watermark passes the last time they c
 Event time and the watermark are the windows' (actors/windowing/engine.py): a timestamp
 from the bolt's ``with_timestamp_field``, a watermark per upstream task (the minimum over
 live upstream tasks of the newest timestamp each sent, minus the lag, moved at most once
-per watermark interval on tick tuples), late tuples (``ts < watermark``) to the late stream
+per watermark interval, by a tick tuple or by the first tuple of the interval: under
+backpressure ticks wait behind the queue, and every match scans what has not expired),
+late tuples (``ts < watermark``) to the late stream
 or counted, bad timestamps reported and counted. A left tuple at ``l`` expires once the
 watermark is above ``l + upper`` (no right on time can match it); a right at ``r`` once it
 is above ``r - lower``.
@@ -98,11 +100,13 @@ class IntervalJoinExecutor(WindowedBoltExecutor):
 
     # -- the bolt -----------------------------------------------------------------------------
     def execute(self, tup: Tuple) -> None:
+        # the watermark moves at most once per interval, on a tick or on data: a tick
+        # waits behind a full queue, and a buffer not expired meanwhile costs every match
+        slot = now_ms() // self.spec.watermark_interval_ms
+        if slot != self._slot:
+            self._slot = slot
+            self._move_watermark()
         if tup.is_tick():
-            slot = now_ms() // self.spec.watermark_interval_ms
-            if slot != self._slot:
-                self._slot = slot
-                self._move_watermark()
             return
         bolt = self.bolt
         try:
