@@ -467,3 +467,18 @@ def test_interval_projection_is_joinbolts():
         assert bolt.project_pair(left, right) == bolt.project((left, right))
     assert bolt.project_pair(left, right) == [left["id"], right["id"], right["key"],
                                               right["key"], 1]
+
+
+def test_buffers_expire_on_data_when_ticks_lag_behind_a_full_queue(clock):
+    """No tick arrives (as behind a full queue): the first tuple of each watermark
+    interval moves the watermark, so the buffers stay bounded by the interval."""
+    bolt = (IntervalJoinBolt("s1", "key", "s2", "key").between(-3, 3)
+            .with_timestamp_field("ts").with_watermark_interval(Duration(10)).select("s1:id"))
+    ex, col = _interval_executor(bolt)
+    held = []
+    for i, t in enumerate(_stream(3, n=600)):
+        if i % 20 == 0:
+            clock[0] += 10
+        ex.execute(t)
+        held.append(ex.buffered)
+    assert max(held) < 80 and ex.watermark is not None, max(held)
