@@ -12,8 +12,11 @@ or counted, bad timestamps reported and counted. A left tuple at ``l`` expires o
 watermark is above ``l + upper`` (no right on time can match it); a right at ``r`` once it
 is above ``r - lower``.
 
-Flink keeps both buffers in keyed ``MapState`` and cleans them with event-time timers;
-here they are plain dicts, expired from a heap of expiry times. In a topology that
+Flink keeps both buffers in keyed ``MapState`` by timestamp and cleans them with event-time
+timers; here each key's rows are a list sorted by time (a tuple arriving in order is
+appended), so a match looks up the slice of times it can pair with (two bisections: a
+spout running ahead of the other fills the buffers, not the cost of each match), and a
+heap of expiry times says which keys to cut from the front. In a topology that
 checkpoints, :class:`PersistentIntervalJoinExecutor` writes each key group's buffered
 tuples under that group (``InGroup``) and the watermark state under the internal group.
 """
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left, bisect_right, insort
+from operator import itemgetter
 from typing import Any
 
 from actors._codec import decode_value, value_encoder
@@ -30,6 +35,9 @@ from actors.windowing.executor import ACK_ON_ENTRY, WindowedBoltExecutor, now_ms
 from actors.windowing.timestamps import BadTimestamp, extract_timestamp
 from topology import OutputCollector, StatefulBolt, Tuple
 from topology.joins import IntervalJoinBolt
+
+#: a buffered row's time: rows are ``(ts, tuple)``, each key's list sorted by time
+_TS = itemgetter(0)
 
 
 class _PairCollector(OutputCollector):
@@ -135,7 +143,12 @@ class IntervalJoinExecutor(WindowedBoltExecutor):
         others = self.buffers[1 - side].get(key)
         if others:
             matches, pairs = bolt.matches, self._pairs
-            for ots, other in others:
+            # the other side's times that can match, as a slice of its sorted rows
+            lo, hi = ((ts + bolt.lower, ts + bolt.upper) if side == 0
+                      else (ts - bolt.upper, ts - bolt.lower))
+            first = bisect_left(others, lo, key=_TS)
+            last = bisect_right(others, hi, first, key=_TS)
+            for ots, other in others[first:last]:
                 lts, rts = (ts, ots) if side == 0 else (ots, ts)
                 if matches(lts, rts):
                     pairs.pair = (tup, other) if side == 0 else (other, tup)
@@ -156,7 +169,11 @@ class IntervalJoinExecutor(WindowedBoltExecutor):
     def _buffer(self, side: int, key: Any, ts: int, tup: Tuple) -> None:
         bolt = self.bolt
         expires = ts + bolt.upper + 1 if side == 0 else ts - bolt.lower + 1
-        self.buffers[side].setdefault(key, []).append((ts, tup))
+        rows = self.buffers[side].setdefault(key, [])
+        if not rows or rows[-1][0] <= ts:
+            rows.append((ts, tup))
+        else:  # (kept in time order, arrival order within a time)
+            insort(rows, (ts, tup), key=_TS)
         self._seq += 1
         heapq.heappush(self._expiry, (expires, self._seq, side, key))
         self.buffered += 1
@@ -185,13 +202,16 @@ class IntervalJoinExecutor(WindowedBoltExecutor):
             rows = buf.get(key)
             if not rows:
                 continue
-            keep = []
-            for ts, t in rows:
-                if (ts + bolt.upper + 1 if side == 0 else ts - bolt.lower + 1) > wm:
-                    keep.append((ts, t))
-                elif not self.ack_on_entry:
+            # a left at l expires once wm > l + upper, a right at r once wm > r - lower
+            limit = wm - bolt.upper - 1 if side == 0 else wm + bolt.lower - 1
+            cut = bisect_right(rows, limit, key=_TS)
+            if not cut:
+                continue
+            if not self.ack_on_entry:
+                for _, t in rows[:cut]:
                     ack(t)
-            self.buffered -= len(rows) - len(keep)
+            keep = rows[cut:]
+            self.buffered -= cut
             if keep:
                 buf[key] = keep
             else:
