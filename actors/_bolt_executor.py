@@ -27,6 +27,7 @@ from topology import (
     WindowedBolt,
 )
 from topology._two_phase import TwoPhaseCommitSink
+from topology.joins import IntervalJoinBolt
 
 #: what an input sends in line with its data: parked with it while the task aligns
 _CHANNEL_MARKERS = (BARRIER_STREAM, EOS_STREAM, DRAINED_STREAM)
@@ -104,6 +105,10 @@ class BoltExecutor(ExecutorCore):
             return TwoPhaseCommitExecutor(obj)
         if not isinstance(obj, WindowedBolt):
             return obj
+        if isinstance(obj, IntervalJoinBolt):  # (a WindowedBolt for its builder only)
+            from actors.windowing import interval
+            return (interval.PersistentIntervalJoinExecutor(obj) if checkpointed(topology, conf)
+                    else interval.IntervalJoinExecutor(obj))
         if checkpointed(topology, conf):
             return PersistentWindowedBoltExecutor(obj)
         return WindowedBoltExecutor(obj)

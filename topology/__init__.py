@@ -49,6 +49,7 @@ from topology._spouts import CollectorBolt, IterableSpout
 from topology._state import KeyValueState, StateError, StatefulBolt, StatefulSpout
 from topology._tuple import SYSTEM_COMPONENT_ID, SYSTEM_TICK_STREAM_ID, TICK_FIELDS, Tuple
 from topology._two_phase import TwoPhaseCommitSink
+from topology.joins import IntervalJoinBolt, JoinBolt
 from topology.windows import (
     Count,
     Duration,
@@ -71,7 +72,7 @@ __all__ = [
     "effective_batch_size", "make_config",
     "BoundedMultiInput", "FORWARD", "TICK_FIELDS", "WindowSpec", "dead_letter_consumers",
     "KeyValueState", "StateError", "StatefulBolt", "StatefulSpout", "StatefulWindowedBolt",
-    "DbApiSink", "ParquetSink", "TwoPhaseCommitSink",
+    "DbApiSink", "ParquetSink", "TwoPhaseCommitSink", "IntervalJoinBolt", "JoinBolt",
 ]
 
 #: names this package gives from the packages beside it, imported on first use

@@ -19,6 +19,7 @@ from topology._errors import ConfigError, TopologyError
 from topology._fields import Fields
 from topology._sinks import DeadLetterSink
 from topology._two_phase import TwoPhaseCommitSink
+from topology.joins import _JoinBase
 from topology.windows import LATE_FIELDS, WindowedBolt
 
 #: The grouping kinds, Storm's names.
@@ -608,3 +609,5 @@ def _validate_structure(comps: Mapping[str, ComponentSpec]) -> None:
                 raise TopologyError(f"bolt {cid!r} subscribes twice to stream {g.stream!r} "
                                     f"of {g.source!r}")
             seen.add((g.source, g.stream))
+        if isinstance(spec.obj, _JoinBase):  # its join and selected fields, its groupings
+            spec.obj.check_inputs(cid, comps)

@@ -45,6 +45,7 @@ from actors.state._internals import (
     INTERNAL_PREFIX,
     USER_GROUPS,
     CheckpointedInternals,
+    InGroup,
 )
 from actors.state._loop import _MARKERS, clear_ledger
 from actors.state._machine import CORRUPT, LOST, RESTORE_FAILED, RESTORED, TaskMachine
@@ -262,9 +263,12 @@ class TaskCheckpoint:
         ``init_state`` (``raising``: its exception propagates)."""
         groups = self.state._groups
         entries = self.store.restore(checkpoint_id, USER_GROUPS if groups is None else groups)
+        keyed_internal = {k: entries.pop(k) for k in [k for k in entries
+                                                        if k.startswith(INTERNAL_PREFIX)]}
         self.state.replace({decode_key(k): v for k, v in entries.items()})
         self.restores += checkpoint_id is not None
         entries = self.store.restore(checkpoint_id, INTERNAL_GROUPS)
+        entries.update(keyed_internal)  # (InGroup entries: a join's buffers, by key group)
         self._finish_stored = entries.pop(FINISHED_KEY, None) is not None
         if isinstance(self.obj, CheckpointedInternals):
             self._internal_bytes = {k: len(v) for k, v in entries.items()}
@@ -474,8 +478,10 @@ class TaskCheckpoint:
             if isinstance(self.obj, CheckpointedInternals):
                 more, gone = self.obj.internal_changes(checkpoint_id)
                 pre = INTERNAL_PREFIX
-                more = [(INTERNAL_GROUP, pre + enc(k), v) for k, v in more]
-                gone = [(INTERNAL_GROUP, pre + enc(k)) for k in gone]
+                more = [(k.group, pre + enc(k.key), v) if isinstance(k, InGroup)
+                        else (INTERNAL_GROUP, pre + enc(k), v) for k, v in more]
+                gone = [(k.group, pre + enc(k.key)) if isinstance(k, InGroup)
+                        else (INTERNAL_GROUP, pre + enc(k)) for k in gone]
                 sizes = self._internal_bytes
                 sizes.update((k, len(v)) for _, k, v in more)
                 for _, k in gone:

@@ -11,7 +11,10 @@ checkpoints (``cluster._plan``). At each checkpoint it writes, beside the user's
   ``[first, count]`` pairs, so an in-order stream costs a few ints whatever it holds);
 - the held tuples themselves, in partitions of :data:`PARTITION_SIZE` consecutive arrival
   numbers (key ``("part", k)``): only partitions that gained or lost a tuple since the
-  previous checkpoint are written, and one emptied is deleted.
+  previous checkpoint are written, and one emptied is deleted. A bolt whose tuples each
+  belong to one key (``JoinBolt``: its ``key_group_function``) splits each partition by
+  the key group of its tuples' keys (key ``("part", group, k)``, stored in that group:
+  ``actors/state/_internals.py``'s ``InGroup``), so a rescale can move them by group.
 
 A rollback restores both, so the windows hold again exactly the tuples they held at the
 checkpoint, and the replay after it refills them. Tuples are acked as they enter their
@@ -28,7 +31,7 @@ import logging
 from typing import Any
 
 from actors._codec import decode_value, value_encoder
-from actors.state._internals import CheckpointedInternals
+from actors.state._internals import CheckpointedInternals, InGroup
 from actors.windowing.engine import WindowEngine
 from actors.windowing.executor import WindowedBoltExecutor
 from topology import StatefulBolt, StatefulWindowedBolt, Tuple, WindowedBolt
@@ -93,6 +96,7 @@ class PersistentWindowedBoltExecutor(WindowedBoltExecutor, StatefulBolt, Checkpo
         # held, so it keeps at most one checkpoint interval of released tuples alive
         self._aid_of: dict[int, int] = {}
         self._retained: set[int] = set()      # arrival numbers held at the last checkpoint
+        self._group_at: dict[int, int] = {}   # their key groups (a bolt with groups)
         self._parts: set[int] = set()         # partitions stored
         self._snap_seq = 0                    # engine.accepted at the last checkpoint
 
@@ -103,6 +107,9 @@ class PersistentWindowedBoltExecutor(WindowedBoltExecutor, StatefulBolt, Checkpo
         self._fields = dict(context.sources)
         self._upstream = sorted(self.engine._upstream)
         self._component = context.component_id
+        #: tuple -> its key group, when the bolt stores its tuples by key group
+        key_groups = getattr(self.bolt, "key_group_function", None)
+        self._group_of = key_groups(conf) if key_groups is not None else None
 
     def _took(self, tup: Tuple) -> None:
         self._aid_of[id(tup)] = self.engine.accepted - 1
@@ -150,24 +157,39 @@ class PersistentWindowedBoltExecutor(WindowedBoltExecutor, StatefulBolt, Checkpo
         meta["partition_size"] = PARTITION_SIZE
         held = set(records)
         size = PARTITION_SIZE
-        dirty = {a // size for a in self._retained - held}
-        if engine.accepted > self._snap_seq:
-            dirty.update(range(self._snap_seq // size, (engine.accepted - 1) // size + 1))
-        parts: dict[int, list] = {k: [] for k in dirty}
+        group_of, group_at = self._group_of, self._group_at
+        if group_of is None:
+            def part(a: int) -> Any:
+                return a // size
+            dirty = {a // size for a in self._retained - held}
+            if engine.accepted > self._snap_seq:
+                dirty.update(range(self._snap_seq // size, (engine.accepted - 1) // size + 1))
+        else:
+            for a in held:
+                if a not in group_at:
+                    group_at[a] = group_of(records[a][1])
+            gone = self._retained - held
+            dirty = {(group_at.pop(a), a // size) for a in gone}
+
+            def part(a: int) -> Any:
+                return (group_at[a], a // size)
+            dirty.update(part(a) for a in held if a >= self._snap_seq)
+        parts: dict[Any, list] = {k: [] for k in dirty}
         if dirty:
             for a in sorted(held):
-                rows = parts.get(a // size)
+                rows = parts.get(part(a))
                 if rows is not None:
                     ts, t = records[a]
                     rows.append((a, ts, t.source_component, t.source_task, t.source_stream,
                                  t.values))
         puts, deletes = [], []
         for k, rows in parts.items():
+            key = ("part", k) if group_of is None else InGroup(k[0], ("part", *k))
             if rows:
-                puts.append((("part", k), pack(rows)))
+                puts.append((key, pack(rows)))
                 self._parts.add(k)
             elif k in self._parts:
-                deletes.append(("part", k))
+                deletes.append(key)
                 self._parts.discard(k)
         puts.append((_META, pack(meta)))
         self.partitions_written = len(parts)
@@ -193,8 +215,11 @@ class PersistentWindowedBoltExecutor(WindowedBoltExecutor, StatefulBolt, Checkpo
             for key, data in entries.items():
                 if key == _META:
                     continue
-                self._parts.add(key[1])
+                grouped = len(key) == 3  # ("part", group, k)
+                self._parts.add((key[1], key[2]) if grouped else key[1])
                 for a, ts, comp, task, stream, values in decode_value(data):
+                    if grouped:
+                        self._group_at[a] = key[1]
                     records[a] = (ts, Tuple(values, self._fields[(comp, stream)], comp, task,
                                             stream))
             released = [(records[a][1], records[a][0]) for a in unruns(meta["released"])]
