@@ -1,35 +1,28 @@
-"""One task's side of checkpointing: barriers, alignment, snapshots, commit and rollback.
-
-Runs on the task's executor thread (its chain host's for a chained task), driven by the
-executor loops: :meth:`TaskCheckpoint.poll` applies what the coordinator sent (queued by
-the control thread), :meth:`TaskCheckpoint.on_barrier` aligns a bolt's inputs.
+"""One task's side of checkpointing, performed: the steps of its
+:class:`~actors.state._machine.TaskMachine` (which decides) on the task's executor thread
+(its chain host's for a chained task), driven by the executor loops through
+``actors.state._loop.poll_chain``; barriers reach :meth:`TaskCheckpoint.on_barrier`.
 
 Alignment (Flink's ``CheckpointBarrierHandler``, aligned mode): once barrier N came from
-an input channel, that channel's later elements are parked, not processed, until barrier
-N has come from every open input; the receive thread is never blocked (one thread serves
-every channel, so blocking it would hold the barriers that alignment waits for). Instead
-the channel's acknowledgements stop (``Inbound.hold``): its sender runs out of credit
-within ``topology.transfer.max.inflight.batches`` frames, and the credit is sent back by a
+an input channel, that channel's later elements are parked until barrier N has come from
+every open input; the receive thread is never blocked. Instead the channel's
+acknowledgements stop (``Inbound.hold``): its sender runs out of credit within
+``topology.transfer.max.inflight.batches`` frames, and the credit is sent back by a
 separate call once aligned. Parked elements are therefore bounded.
 
 Rollback (Flink's global failover): the receiving side drops every frame of an earlier
-epoch from the moment the rollback message arrives (``Inbound.begin_rollback``: frames
-carry their sender's epoch, and after a rollback senders use one at least the new
-generation); the executor thread drops its queue, pending emits, partial batches,
-parked elements and tuple trees, restores the state of the last committed checkpoint,
-rewinds or fails its spout's tuples, reports that it paused, and waits for the resume.
+epoch from the moment the rollback message arrives (``Inbound.begin_rollback``); the
+executor thread drops its queue, pending emits, partial batches, parked elements and tuple
+trees, restores the last committed checkpoint, rewinds or fails its spout's tuples,
+reports that it paused, and waits for the resume.
 
-End of input apart from end of stream (Flink's FLIP-147): a task whose input has ended (a
-spout past its last tuple, a bolt whose inputs all sent their end-of-data marker, after its
-``finish()``) sends DRAINED on, reports it (:meth:`TaskCheckpoint.end_of_input`) and keeps
-taking barriers and commits; its snapshots record it as finished, so a restore of one of
-them does not run ``finish()`` again, and a restore of an earlier one does, when the input
-ends again. The task ends its stream once the final checkpoint (taken when every task had
-finished) has committed, or is restored (:meth:`TaskCheckpoint.final_committed`). A rollback
-forgets every end-of-data marker, queued, parked or applied: the rewound spouts send them
-again when they reach their end, as Flink regenerates ``MAX_WATERMARK``.
+End of input apart from end of stream (Flink's FLIP-147): a task whose input has ended
+sends DRAINED on, reports it (:meth:`TaskCheckpoint.end_of_input`) and keeps taking
+barriers and commits; its snapshots record it as finished (``FINISHED_KEY``), so a
+restore of one of them does not run ``finish()`` again. The task ends its stream once the
+final checkpoint has committed or is restored. A rollback forgets every end-of-data
+marker: the rewound spouts send them again, as Flink regenerates ``MAX_WATERMARK``.
 """
-
 from __future__ import annotations
 
 import logging
