@@ -1359,34 +1359,21 @@ class GatedCountSpout(StatefulSpout):
         self.position += 1
 
 
-class FileGatedKeySpout(StatefulSpout):
-    """Emits ``(f"k{i % keys}",)`` for i in [0, n) across its tasks, keeping its position
-    (a rewindable source), but only for i below the number in the file ``gate`` (read
+class FileGatedKeySpout(KeyCycleSpout):
+    """:class:`KeyCycleSpout`, but only for i below the number in the file ``gate`` (read
     again every few tuples; missing: 0), so a test can hold it mid-stream in another
     process or on another node."""
 
-    outputs = ("word",)
-
     def __init__(self, keys: int, n: int, gate: str) -> None:
-        self.keys, self.n, self.gate = keys, n, gate
+        super().__init__(keys, n)
+        self.gate = gate
 
     def open(self, conf, context, collector):
-        self.collector = collector
-        self.step = len(context.get_component_tasks(context.component_id))
-        self.first = self.i = context.task_index
+        super().open(conf, context, collector)
         self.limit = 0
 
-    def init_state(self, state):
-        self.state = state
-        self.i = state.get("i", self.first)
-
-    def pre_prepare(self, checkpoint_id):
-        self.state.put("i", self.i)
-
     def next_tuple(self):
-        if self.i >= self.n:
-            raise StopIteration
-        if self.i >= self.limit:
+        if self.i < self.n and self.i >= self.limit:
             try:
                 with open(self.gate, encoding="utf-8") as f:
                     self.limit = int(f.read() or 0)
@@ -1395,5 +1382,4 @@ class FileGatedKeySpout(StatefulSpout):
             if self.i >= self.limit:
                 time.sleep(0.01)
                 return
-        self.collector.emit((f"k{self.i % self.keys}",))
-        self.i += self.step
+        super().next_tuple()

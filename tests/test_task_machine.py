@@ -242,7 +242,9 @@ def test_a_local_store_created_anew_refuses_a_committed_checkpoint(tmp_path):
     assert p.task_store("count", 3).restore(None) == {}  # a first start: nothing missing
 
 
-def _restarted_count_task(store):
+def _count_task(store, **start):
+    """A ``StatefulWordCount`` task behind one spout, checkpoints enabled with ``store``
+    and ``start`` (``enable_checkpoints``' keywords), connected, not started; its reports."""
     b = TopologyBuilder()
     b.set_spout("src", IterableSpout(["x"], fields=("word",)))
     b.set_bolt("count", StatefulWordCount(), 1).shuffle_grouping("src")
@@ -250,7 +252,7 @@ def _restarted_count_task(store):
     (src,), (count,) = topo.component_tasks["src"], topo.component_tasks["count"]
     core = make_executor("t", topo, {"topology.acker.executors": 0}, count,
                          {src: 0, count: 0})
-    enable_checkpoints(core, store, gen=11, checkpoint_id=4, rejoining=True)
+    enable_checkpoints(core, store(count) if callable(store) else store, **start)
     reports = []
     core.checkpoint.report = lambda *r: reports.append(r)
     core.connect({})
@@ -279,7 +281,7 @@ def test_a_restore_that_fails_in_a_restarted_task_is_retried_after_construction(
     """Before, the restore ran in the actor's constructor and its exception left Ray's
     restart (and the topology) dead; now the task starts, reports the error, stays
     paused, restores on its next try and reports paused to the coordinator."""
-    core, reports = _restarted_count_task(_FlakyStore())
+    core, reports = _count_task(_FlakyStore(), gen=11, checkpoint_id=4, rejoining=True)
     core.start()  # (raised here before)
     try:
         until(lambda: ("paused", core.task_id, 11) in reports, 10, "its pause after a retry")
@@ -352,16 +354,8 @@ def test_a_savepoint_without_a_new_components_state_starts_it_empty(tmp_path):
     """A topology that adds a stateful bolt starts from a savepoint of the one before:
     the new task's store has nothing for the savepoint's checkpoint, and it starts
     empty (the refusal is for a task restarted where its state was)."""
-    b = TopologyBuilder()
-    b.set_spout("src", IterableSpout(["x"], fields=("word",)))
-    b.set_bolt("count", StatefulWordCount(), 1).shuffle_grouping("src")
-    topo = b.create_topology()
-    (src,), (count,) = topo.component_tasks["src"], topo.component_tasks["count"]
-    core = make_executor("t", topo, {"topology.acker.executors": 0}, count,
-                         {src: 0, count: 0})
-    store = LocalProvider(str(tmp_path), "t", "s").task_store("count", count)
-    enable_checkpoints(core, store, gen=0, checkpoint_id=5)
-    core.connect({})
+    provider = LocalProvider(str(tmp_path), "t", "s")
+    core, _ = _count_task(lambda t: provider.task_store("count", t), gen=0, checkpoint_id=5)
     core._open()
     assert len(core.checkpoint.state) == 0 and not core.checkpoint.paused
 
