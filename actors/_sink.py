@@ -206,7 +206,13 @@ class ActorSink:
             cp.failed(f"frames to task {self.dest} may be lost (its actor or a transfer "
                       f"actor died)")
         self._lost_at = time.monotonic()
-        self._epoch = max(time.time_ns(), self._epoch + 1)
+        # with checkpoints the next epoch stays below the generation of any rollback the
+        # coordinator may have started meanwhile (generations are clock readings): frames
+        # sent before this task applies that rollback are of the old generation, and its
+        # receivers, already rolled back, must drop them as older (a clock reading here
+        # could pass the generation, and those frames be processed after the restore)
+        self._epoch = (self._epoch + 1 if cp is not None
+                       else max(time.time_ns(), self._epoch + 1))
         self._next, self._acked, self._inflight = 0, -1, []
         if self._core.state in ("ending", "done"):  # the receiver may lack our end marker
             self._send_frame([_EOS_ITEM], by_call=True)

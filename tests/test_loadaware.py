@@ -500,3 +500,25 @@ def test_a_receiver_silent_past_the_message_timeout_has_lost_its_frames(monkeypa
     assert len(calls) == 2  # the end marker again, by actor call, in the new epoch
     calls[1].fut.set_result(0)
     assert sink.unacked() == 0
+
+
+def test_with_checkpoints_a_loss_epoch_stays_below_a_rollback_begun_before_it(monkeypatch):
+    """A rollback's generation is a clock reading; a sender that finds a loss after the
+    rollback began, but before it applies it, sends old-generation frames in its next
+    epoch. That epoch must stay below the generation, so receivers that already rolled
+    back drop those frames (a clock reading passed it: a join killed under checkpoints
+    counted 20 pairs twice in a full run)."""
+    import time as _time
+
+    from actors.state import enable_checkpoints
+
+    _clock(monkeypatch)
+    sink, calls, core = _sink()
+    enable_checkpoints(core, None)
+    sink([(0, [1, "k"])])
+    gen = _time.time_ns()  # the coordinator starts a rollback
+    calls[0].fut.set_exception(RayActorError())  # the sender finds the loss after it
+    assert sink.unacked() == 0 and sink.resets == 1
+    assert sink._epoch < gen
+    sink.reset_epoch(gen)  # the rollback reaches the sender
+    assert sink._epoch == gen
