@@ -87,6 +87,13 @@ class TaskMachine:
         self.seen: set[int] = set()
         self._failure_reported = -1
         self._report_due = float("inf")
+        #: a first start runs once restored (no coordinator waits for its pause)
+        self._first_start = False
+        #: the restore's checkpoint, tried again on the clock after the store failed;
+        #: a decision (corrupt, lost) leaves the task unrestored until a rollback
+        self._restore_id: int | None = None
+        self._retry_restore = False
+        self._unrestored = False
 
     # -- start -----------------------------------------------------------------------------
     def on_start(self, now: float, first: tuple | None = None,
@@ -100,7 +107,7 @@ class TaskMachine:
         self.paused = True
         if first is not None:
             self.gen, _, self.final, self.finish_ran = first
-            self._resumed_early = True  # (nobody waits for a first start's report)
+            self._first_start = True
             return self._restore(first[1])
         if answer is not None:
             return self._begin_rollback(*answer)
@@ -150,17 +157,12 @@ class TaskMachine:
             self.finish_ran = finished
         self.last_committed = checkpoint_id
         steps = [Step("input_ended")] if finished else []
-        if self._resumed_early:
-            self._resumed_early = False
+        if self._first_start:
+            self._first_start = False
             self.paused = False
             return steps
         self._report_due = now + PAUSED_REPORT_S
         return [*steps, Step("report", ("paused", (self.task, self.gen)))]
-
-    _resumed_early = False
-    _retry_restore = False
-    _restore_id: int | None = None
-    _unrestored = False
 
     # -- coordinator messages --------------------------------------------------------------
     def on_message(self, kind: str, args: tuple, now: float) -> list[Step]:
@@ -207,7 +209,7 @@ class TaskMachine:
                         finished: tuple) -> list[Step]:
         self.gen = gen
         self.paused = True
-        self._resumed_early = False
+        self._first_start = False
         self._retry_restore = False
         self._unrestored = False
         self.aligning, self.seen = None, set()
@@ -227,12 +229,9 @@ class TaskMachine:
                 *self._restore(checkpoint_id)]
 
     def _on_resume(self, gen: int) -> list[Step]:
-        if gen != self.gen or not self.paused or self.asking or self._unrestored or (
-                self._retry_restore):
-            return []
-        if self.restoring:  # (the resume overtook the restore's report: after it)
-            self._resumed_early = True
-            return []
+        if (gen != self.gen or not self.paused or self.asking or self.restoring
+                or self._unrestored or self._retry_restore):
+            return []  # (not restored: its paused report after the restore gets another)
         self.paused = False
         self._report_due = float("inf")
         return []
