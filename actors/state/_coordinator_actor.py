@@ -64,6 +64,8 @@ def _ray_actor():
             #: messages sent and not yet answered; lost ones waiting to go again
             self._sent: list = []
             self._resend: list = []
+            #: task events that came before the log opened (see _with_core)
+            self._early: list = []
             self.provider = None
             self._opened = threading.Event()
             restarted = not first_start(prefix, "checkpoints")
@@ -105,6 +107,9 @@ def _ray_actor():
                     core.before_first_record = self._mark_log
             with self._lock:
                 self.core = core
+                early, self._early = self._early, []
+                for fn in early:  # (the events that came before the log opened)
+                    self._send(fn(core, time.monotonic()))
             self._opened.set()
             if restarted:  # Ray restarted this actor: nobody calls start() again
                 self._recover()
@@ -205,28 +210,29 @@ def _ray_actor():
                     logger.exception("checkpoint timer")  # would end them for good)
                 time.sleep(min(0.05, self.core.interval_s / 4))
 
-        def _event(self, method: str, *args) -> None:
-            """One task event into the core, its actions sent; dropped while the log is
-            not open (the tasks report again: a paused task every second, a round
-            times out)."""
+        def _with_core(self, fn) -> None:
+            """``fn(core, now)`` (a task event into the core), its actions sent; while the
+            log is not open yet, kept and applied in order once it is (a task's one-shot
+            report, a ``finish()`` that raised, must not be lost to a slow start)."""
             with self._lock:
-                if self.core is not None:
-                    self._send(getattr(self.core, method)(*args, time.monotonic()))
+                if self.core is None:
+                    self._early.append(fn)
+                    return
+                self._send(fn(self.core, time.monotonic()))
+
+        def _event(self, method: str, *args) -> None:
+            self._with_core(lambda core, now: getattr(core, method)(*args, now))
 
         def prepared(self, task: int, checkpoint_id: int, gen: int,
                      finished: bool = False, count: int | None = None) -> None:
-            with self._lock:
-                if self.core is not None:
-                    self._send(self.core.prepared(task, checkpoint_id, gen,
-                                                  time.monotonic(), finished, count))
+            self._with_core(lambda core, now: core.prepared(task, checkpoint_id, gen, now,
+                                                            finished, count))
 
         def paused(self, task: int, gen: int) -> None:
             self._event("paused", task, gen)
 
         def failed(self, task: int, reason: str, gen: int | None = None) -> None:
-            with self._lock:
-                if self.core is not None:
-                    self._send(self.core.failed(task, reason, time.monotonic(), gen))
+            self._with_core(lambda core, now: core.failed(task, reason, now, gen))
 
         def restoring(self, task: int, gen: int) -> None:
             self._event("restoring", task, gen)
@@ -235,10 +241,7 @@ def _ray_actor():
             self._event("lost", task, checkpoint_id, where)
 
         def corrupt(self, task: int, checkpoint_id: int, detail: str = "") -> None:
-            with self._lock:
-                if self.core is not None:
-                    self._send(self.core.corrupt(task, checkpoint_id, time.monotonic(),
-                                                 detail))
+            self._with_core(lambda core, now: core.corrupt(task, checkpoint_id, now, detail))
 
         def data_ended(self, task: int, gen: int) -> None:
             self._event("data_ended_at", task, gen)
@@ -268,9 +271,7 @@ def _ray_actor():
                 return gen, cid, final, finished
 
         def request(self) -> None:
-            with self._lock:
-                if self.core is not None:
-                    self.core.request(time.monotonic())
+            self._with_core(lambda core, now: core.request(now) or [])
 
         def state(self) -> dict:
             """The core's figures (see :meth:`CoordinatorCore.state`); while the log is
