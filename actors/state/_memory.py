@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import threading
 
+from actors.state._common import (
+    KEEP_COMMITTED,
+    changes,
+    check_not_collected,
+    check_phase,
+    in_groups,
+)
 from actors.state._manifest import check_manifest
 from actors.state._provider import (
     COMMIT_PHASES,
     COMMITTED,
     CheckpointLog,
-    CorruptCheckpoint,
     StateProvider,
     TaskStore,
 )
-from actors.state._sqlite import _KEEP_COMMITTED, _changes, _check_phase, _in_groups
 
 
 class _MemoryTaskStore(TaskStore):
@@ -30,7 +35,7 @@ class _MemoryTaskStore(TaskStore):
 
     def prepare(self, checkpoint_id: int, puts: list[tuple[int, bytes, bytes]],
                 deletes: list[tuple[int, bytes]]) -> None:
-        entries = _changes(puts, deletes)
+        entries = changes(puts, deletes)
         with self._lock:
             self._drop_version(checkpoint_id)
             keys = self._by_ver[checkpoint_id] = set()
@@ -58,16 +63,13 @@ class _MemoryTaskStore(TaskStore):
             if checkpoint_id is None:
                 self._rows, self._by_ver, self._collected = {}, {}, 0
                 return {}
-            if checkpoint_id < self._collected:
-                raise CorruptCheckpoint("memory", checkpoint_id,
-                                        f"collected: only checkpoints >= {self._collected} "
-                                        f"can be restored")
+            check_not_collected("memory", checkpoint_id, self._collected)
             for ver in [v for v in self._by_ver if v > checkpoint_id]:
                 self._drop_version(ver)
             out = {}
             for key, versions in self._rows.items():
                 grp, value = versions[max(versions)]
-                if value is not None and _in_groups(grp, groups):
+                if value is not None and in_groups(grp, groups):
                     out[key] = value
             return out
 
@@ -105,11 +107,11 @@ class _MemoryLog(CheckpointLog):
             return self._phase, self._id, list(self._committed)
 
     def record(self, phase: str, checkpoint_id: int, manifest: dict | None = None) -> None:
-        _check_phase(phase)
+        check_phase(phase)
         with self._lock:
             self._phase, self._id = phase, checkpoint_id
             if phase in COMMIT_PHASES and checkpoint_id not in self._committed:
-                self._committed = sorted([*self._committed, checkpoint_id])[-_KEEP_COMMITTED:]
+                self._committed = sorted([*self._committed, checkpoint_id])[-KEEP_COMMITTED:]
             if phase in COMMIT_PHASES and manifest is not None:
                 self._manifests[checkpoint_id] = dict(manifest)
             self._manifests = {c: m for c, m in self._manifests.items()
