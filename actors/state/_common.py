@@ -17,6 +17,7 @@ import struct
 import zlib
 from collections.abc import Iterable
 
+from actors.state._internals import INTERNAL_PREFIX
 from actors.state._provider import COMMITTED, COMMITTING, FINAL, PREPARING, CorruptCheckpoint
 
 #: every phase a checkpoint log records
@@ -34,6 +35,23 @@ class StateSnapshot(dict):
     checkpoint committed, every task empty)."""
 
     checkpoint_id: int | None = None
+
+
+def decoded(raw: StateSnapshot, depth: int = 2) -> StateSnapshot:
+    """A raw snapshot (``read_raw``'s: stored bytes) decoded as
+    :meth:`topology.KeyValueState.get` returns keys and values, without the runtime's own
+    entries; ``depth``: the levels of dicts above the entries (2: ``{component: {task:
+    entries}}``, 1: ``{task: entries}``). Keeps ``checkpoint_id``."""
+    from actors._codec import decode_key, decode_value
+
+    def walk(d: dict, level: int) -> dict:
+        if level:
+            return {k: walk(v, level - 1) for k, v in d.items()}
+        return {decode_key(k): decode_value(v) for k, v in d.items()
+                if not k.startswith(INTERNAL_PREFIX)}  # (windows', sinks' entries)
+    out = StateSnapshot(walk(raw, depth))
+    out.checkpoint_id = raw.checkpoint_id
+    return out
 
 
 def entries_crc(entries: Iterable[Entry]) -> tuple[int, int]:

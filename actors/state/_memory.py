@@ -9,6 +9,7 @@ import threading
 
 from actors.state._common import (
     KEEP_COMMITTED,
+    StateSnapshot,
     changes,
     check_not_collected,
     check_phase,
@@ -56,6 +57,17 @@ class _MemoryTaskStore(TaskStore):
             del versions[ver]
             if not versions:
                 del self._rows[key]
+
+    def state_at(self, checkpoint_id: int) -> dict[bytes, bytes]:
+        """Every entry as of ``checkpoint_id``, changing nothing."""
+        with self._lock:
+            check_not_collected("memory", checkpoint_id, self._collected)
+            out = {}
+            for key, versions in self._rows.items():
+                below = [v for v in versions if v <= checkpoint_id]
+                if below and versions[max(below)][1] is not None:
+                    out[key] = versions[max(below)][1]
+            return out
 
     def restore(self, checkpoint_id: int | None,
                 groups: range | None = None) -> dict[bytes, bytes]:
@@ -154,6 +166,22 @@ class MemoryProvider(StateProvider):
         with self._lock:
             self._stores.clear()
             self._log = _MemoryLog()
+
+    def read_raw(self, checkpoint_id: int | None = None) -> StateSnapshot:
+        """See :meth:`StateProvider.read_raw`: every store of this provider object (only
+        the process holding it sees them), as of ``checkpoint_id`` or the last committed
+        one; no fallback (memory holds no damaged checkpoint)."""
+        committed = self._log.load()[2]
+        cid = checkpoint_id if checkpoint_id is not None else (
+            committed[-1] if committed else None)
+        with self._lock:
+            stores = sorted(self._stores.items())
+        state: dict = {}
+        for (component, task), store in stores:
+            state.setdefault(component, {})[task] = {} if cid is None else store.state_at(cid)
+        snapshot = StateSnapshot(state)
+        snapshot.checkpoint_id = cid
+        return snapshot
 
     def close(self) -> None:
         """Nothing to release."""

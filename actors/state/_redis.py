@@ -51,6 +51,7 @@ from actors.state._common import (
     check_not_collected,
     check_phase,
     check_version,
+    decoded,
     entries_crc,
     in_groups,
 )
@@ -82,9 +83,6 @@ _ENTRY_HEAD = struct.Struct(">qB")  # key group, 1 put / 0 delete; then the valu
 #: fields per HSET/HDEL command inside one transaction (one command's arguments are built
 #: in one buffer by client and server alike; a large delta goes as several commands)
 _CHUNK = 4096
-#: the key groups of user state (the runtime's own entries, such as a persistent window's,
-#: are stored under negative groups): what :meth:`RedisProvider.read_state` shows
-_USER_GROUPS = range(0, 1 << 63)
 #: SCAN's COUNT hint when deleting a submit's keys
 _SCAN_COUNT = 1000
 def _q(name: str) -> str:
@@ -535,22 +533,31 @@ class RedisProvider(StateProvider):
         """Close the connections (the data stays)."""
         self._client.close()
 
-    def read_state(self, checkpoint_id: int | None = None):
+    def read_state(self, checkpoint_id: int | None = None) -> StateSnapshot:
         """The checkpointed state of this submit, decoded, changing nothing:
         ``{component: {task: {key: value}}}`` as :func:`~actors.state.providers.read_state`
         gives it for the local provider (a ``StateSnapshot``, with the ``checkpoint_id``
         it shows), as of ``checkpoint_id`` or of the last committed checkpoint (falling
         back to the one before when that fails its check, with a warning). Every task that
-        opened its store appears, with its user state only (key groups >= 0). Blocks for
-        the reads.
+        opened its store appears, with its user state only. Blocks for the reads.
 
         Raises:
             CorruptCheckpoint: the asked checkpoint (or every committed one) fails its
                 check.
             RedisStateError: a Redis command failed.
         """
-        from actors._codec import decode_key, decode_value
+        return decoded(self.read_raw(checkpoint_id))
 
+    def read_raw(self, checkpoint_id: int | None = None) -> StateSnapshot:
+        """See :meth:`StateProvider.read_raw`: every task that opened its store, every
+        key group (the runtime's own entries too), read in one transaction per task with
+        the checkpoint pinned meanwhile (so a running topology's collection keeps it).
+
+        Raises:
+            CorruptCheckpoint: the asked checkpoint (or every committed one) fails its
+                check.
+            RedisStateError: a Redis command failed.
+        """
         registry = self.root + "tasks"
         members = self._client.call("SMEMBERS " + registry,
                                     lambda: self._client.redis.smembers(registry))
@@ -569,8 +576,7 @@ class RedisProvider(StateProvider):
                 out[comp] = {}
                 for t in sorted(ts):
                     store = _RedisTaskStore(client, root, comp, t)
-                    raw = store._state_at(ckpt, store._meta("read_state"), _USER_GROUPS)
-                    out[comp][t] = {decode_key(k): decode_value(v) for k, v in raw.items()}
+                    out[comp][t] = store._state_at(ckpt, store._meta("read_raw"), None)
             return out
         state, used = read_newest_whole(
             candidates, read, lambda: pin is not None and unpin_redis(client, root, pin))

@@ -39,6 +39,7 @@ from typing import Any
 
 from actors.state._common import (
     KEEP_COMMITTED,
+    StateSnapshot,
     changes,
     check_phase,
     entries_crc,
@@ -69,6 +70,7 @@ from actors.state._sqlite_format import (
     _open,
     _state_at,
 )
+from actors.state._sqlite_reader import read_raw
 
 
 class _Transaction:
@@ -346,6 +348,12 @@ class LocalProvider(StateProvider):
             opened, self._open = self._open, []
         for s in opened:
             s.close()
+
+    def read_raw(self, checkpoint_id: int | None = None) -> StateSnapshot:
+        """See :meth:`StateProvider.read_raw`: the offline reader
+        (:func:`actors.state._sqlite_reader.read_raw`) on this submit's directory, through
+        read-only connections. Raises as it does."""
+        return read_raw(self.root, checkpoint_id)
 
     def delete(self) -> None:
         """Close what this provider opened, remove the submit's directory, and the

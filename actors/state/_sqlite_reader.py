@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from actors.state._common import StateSnapshot
+from actors.state._common import StateSnapshot, decoded
 from actors.state._pins import pin_local, pin_newest, read_newest_whole, unpin_local
 from actors.state._provider import CorruptCheckpoint
 from actors.state._sqlite_format import (
@@ -165,17 +165,5 @@ def read_state(path: str, checkpoint_id: int | None = None) -> StateSnapshot:
         FileNotFoundError: ``path`` is not a submit's or component's state directory.
         CorruptCheckpoint: the asked checkpoint (or every committed one) fails its check.
     """
-    from actors._codec import decode_key, decode_value
-    from actors.state._internals import INTERNAL_PREFIX
-
-    raw = read_raw(path, checkpoint_id)
-
-    def decoded(entries: dict) -> dict:
-        return {decode_key(k): decode_value(v) for k, v in entries.items()
-                if not k.startswith(INTERNAL_PREFIX)}  # (windows', sinks' entries)
     _, component_dir = _locate(path)
-    snapshot = StateSnapshot({t: decoded(e) for t, e in raw.items()} if component_dir else
-                             {c: {t: decoded(e) for t, e in tasks.items()}
-                              for c, tasks in raw.items()})
-    snapshot.checkpoint_id = raw.checkpoint_id
-    return snapshot
+    return decoded(read_raw(path, checkpoint_id), 1 if component_dir else 2)
