@@ -133,6 +133,9 @@ class StateProvider(ABC):
     def delete(self) -> None:
         """Delete everything this submit stored (``kill``)."""
 
+    def close(self) -> None:  # noqa: B027 (optional hook)
+        """Release files and connections (the data stays). The default has none."""
+
     def read_raw(self, checkpoint_id: int | None = None) -> dict:
         """This submit's committed state as stored, changing nothing (a running topology
         may go on writing): ``{component: {task: {key bytes: value bytes}}}``, the

@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 from typing import Any
 
 from actors.state._common import StateSnapshot
@@ -46,7 +47,8 @@ __all__ = [
     "BUSY_TIMEOUT_S", "LOG_FILE", "MARKER", "SCHEMA_VERSION",
     "LocalProvider", "MemoryProvider", "RedisProvider", "RedisStateError", "StateDirError",
     "StateSnapshot",
-    "committed_checkpoints", "default_checkpoint_dir", "make_provider", "read_raw",
+    "committed_checkpoints", "default_checkpoint_dir", "make_provider", "read_committed",
+    "read_raw",
     "read_state",
 ]
 
@@ -128,3 +130,35 @@ def make_provider(conf: dict, topology_name: str, submit_id: str) -> StateProvid
                           f"\"memory\", \"redis\" or a class path (module:Class) of a "
                           f"StateProvider")
     return _provider_class(name)(topology_name, submit_id, config)
+
+
+def read_committed(conf: dict, topology_name: str, submit_id: str,
+                   checkpoint_id: int | None = None) -> StateSnapshot:
+    """The committed state, as stored, of one submit of a topology whose config is
+    ``conf``, read on this machine and changing nothing (``StateProvider.read_raw``): the
+    local provider's directory through the offline reader (:func:`read_raw`, which
+    creates nothing), any other provider through one made by :func:`make_provider`.
+    What a savepoint copies and ``handle.state()`` decodes. Blocks for the reads.
+
+    Raises:
+        ValueError: the ``memory`` provider (its checkpoints live in the coordinator's
+            process, where nothing else reads them), or a provider whose class does not
+            implement ``read_raw``.
+        FileNotFoundError: the local provider's directory is not on this machine.
+        CorruptCheckpoint: the asked checkpoint (or every committed one) fails its check.
+    """
+    name = conf.get(_PROVIDER_KEY)
+    if name is None or name == "local":
+        directory = conf.get("topology.state.checkpoint.dir") or default_checkpoint_dir()
+        return read_raw(os.path.join(directory, topology_name, submit_id), checkpoint_id)
+    if name == "memory":
+        raise ValueError(f"topology {topology_name!r}: the memory provider keeps its "
+                         f"checkpoints in the coordinator's process, where nothing else "
+                         f"reads them; use local or redis")
+    provider = make_provider(conf, topology_name, submit_id)
+    try:
+        return provider.read_raw(checkpoint_id)
+    except NotImplementedError as e:
+        raise ValueError(f"topology {topology_name!r}: {e}") from None
+    finally:
+        provider.close()

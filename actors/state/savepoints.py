@@ -106,7 +106,7 @@ def _check_location(loc: _fs.Location) -> str:
     except SavepointError:
         raise
     except (OSError, pa.ArrowException) as e:
-        raise SavepointError(str(_fs.error(loc, "cannot be written", e))) from None
+        raise SavepointError(f"savepoint {_fs.error(loc, 'cannot be written', e)}") from None
     return loc.target
 
 
