@@ -60,11 +60,21 @@ class MotoServer:
         """``s3://bucket/path`` on this server."""
         return f"s3://{bucket}/{path}{self.query}"
 
-    def create_bucket(self, bucket: str) -> None:
+    def filesystem(self):
+        """A ``pyarrow.fs.S3FileSystem`` on this server (it may create buckets)."""
         import pyarrow.fs as pafs
 
-        pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{self.port}", scheme="http",
-                          region="us-east-1", allow_bucket_creation=True).create_dir(bucket)
+        return pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{self.port}", scheme="http",
+                                 region="us-east-1", allow_bucket_creation=True)
+
+    def create_bucket(self, bucket: str) -> None:
+        self.filesystem().create_dir(bucket)
+
+    def is_file(self, bucket: str, path: str) -> bool:
+        """Whether ``bucket/path`` is an object on this server."""
+        import pyarrow.fs as pafs
+
+        return self.filesystem().get_file_info(f"{bucket}/{path}").type == pafs.FileType.File
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
