@@ -1,5 +1,9 @@
 """Savepoints: a committed checkpoint copied to a portable place that outlives its
 topology, and a new submit started from one (Flink's savepoints and ``--fromSavepoint``).
+A savepoint lives at a local path or any ``pyarrow.fs`` URI (:mod:`actors.state._fs`), and
+holds entries as stored, whatever provider kept them (``StateProvider.read_raw``): one
+taken on ``local`` restores into Redis and the reverse, as Flink's savepoints are
+backend-independent.
 
 Layout of a savepoint directory::
 
