@@ -36,8 +36,19 @@ Arrow values let one tuple carry a whole record batch (``DataFrameSpout(...,
 arrow_batches=True)`` feeding vectorised bolts): its buffers are copied once into the frame
 and read back without a per-row step.
 
+Arrow payloads are untrusted input, read as Arrow's guidance for untrusted IPC data asks
+(the ``pyarrow.ipc`` docs, "Reading untrusted data"): every batch is validated in full
+(``validate(full=True)``), and a column of an extension type not in
+:data:`ARROW_EXTENSIONS` is refused, naming the type. An extension type registered in the
+receiving process runs that process's Python code on its values: Ray Data's
+``ray.data.arrow_pickled_object`` runs ``pickle.load`` in ``to_pylist()``, so a peer that
+could send one could run code in us.
+
 Decoding is bounded (``max_frame_bytes``) and strict about shape; anything else raises
-:class:`FrameError`, which receivers count and drop.
+:class:`FrameError`, which receivers count and drop. Encoding raises ``TypeError`` for any
+value the wire cannot carry (msgpack's own ``ValueError`` for a value nested past its
+depth limit included), so a sender reports that tuple alone (``ActorSink``'s poison path)
+and sends the rest.
 """
 
 from __future__ import annotations
@@ -58,6 +69,21 @@ _EXT_ARROW_BATCH, _EXT_ARROW_TABLE = 5, 6
 #: -10, see actors/_streams.py; the tick, -11, never travels: a frame carrying it is
 #: malformed).
 MIN_STREAM_INDEX = -10
+
+#: The Arrow extension types a payload may carry: Arrow's canonical extension types that
+#: Arrow itself implements (in C++; no Python code runs on their values). Any other
+#: extension type, registered in this process or not, is refused.
+ARROW_EXTENSIONS = frozenset({"arrow.fixed_shape_tensor", "arrow.uuid", "arrow.json",
+                              "arrow.bool8"})
+#: the field metadata key naming an extension type pyarrow does not know (Arrow's columnar
+#: format, "Extension Types")
+_EXTENSION_NAME_KEY = b"ARROW:extension:name"
+
+#: msgpack's nesting limit (its ``DEFAULT_RECURSE_LIMIT``); its unpacker's stack holds one
+#: level less than its packer takes, so the codec packs each frame or value inside a
+#: one-element list and drops that list's one-byte header (``0x91``): whatever it encodes
+#: decodes
+DEPTH_LIMIT = 1024
 
 #: Default cap on one frame, in bytes (64 MiB).
 DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -139,9 +165,35 @@ def _from_arrow_ipc(code: int, data: bytes):
 
     try:
         reader = pa.ipc.open_stream(pa.py_buffer(data))
-        return reader.read_all() if code == _EXT_ARROW_TABLE else reader.read_next_batch()
+        _check_arrow_fields(reader.schema, "")
+        value = reader.read_all() if code == _EXT_ARROW_TABLE else reader.read_next_batch()
+        value.validate(full=True)
     except (pa.ArrowException, OSError, StopIteration) as e:
         raise FrameError(f"undecodable Arrow payload ({type(e).__name__}: {e})") from None
+    return value
+
+
+def _check_arrow_fields(fields, parent: str) -> None:
+    """Refuse an extension type outside :data:`ARROW_EXTENSIONS` anywhere in ``fields``
+    (a schema, or a nested type's children), registered here or not (then only its field
+    metadata names it)."""
+    import pyarrow as pa
+
+    for f in fields:
+        path = f"{parent}.{f.name}" if parent else f.name
+        t = f.type
+        name = None
+        if isinstance(t, pa.BaseExtensionType):
+            name, t = t.extension_name, t.storage_type
+        elif f.metadata and _EXTENSION_NAME_KEY in f.metadata:
+            name = f.metadata[_EXTENSION_NAME_KEY].decode(errors="replace")
+        if name is not None and name not in ARROW_EXTENSIONS:
+            raise FrameError(f"Arrow payload's column {path!r} has extension type {name!r}, "
+                             f"which the wire refuses (allowed: {sorted(ARROW_EXTENSIONS)})")
+        while pa.types.is_dictionary(t):
+            t = t.value_type
+        if t.num_fields:
+            _check_arrow_fields([t.field(i) for i in range(t.num_fields)], path)
 
 
 def _datetime_from(data: bytes) -> _dt.datetime:
@@ -200,14 +252,26 @@ def _ext_hook(code: int, data: bytes) -> Any:
 _packer_opts = {"default": _default, "use_bin_type": True, "strict_types": False}
 
 
+def _unencodable(e: Exception) -> TypeError:
+    """msgpack's ``ValueError`` (nested past its depth limit, an object too large) as the
+    ``TypeError`` the codec's callers take for "this value cannot travel"."""
+    return TypeError(f"cannot serialise a value the wire cannot carry ({e}: it takes at "
+                     f"most {DEPTH_LIMIT} levels of nested lists and dicts, and objects "
+                     f"below 4 GiB)")
+
+
 def encode_batch(src_task: int, items: list, seq: int = 0, epoch: int = 0) -> bytes:
     """Serialise one batch of ``(stream_index, values)`` from ``src_task``, the ``seq``-th
     frame of ``epoch`` from it to its receiver.
 
     Raises:
-        TypeError: a value of a type the wire cannot carry (named in the message).
+        TypeError: a value the wire cannot carry: of a type it has no form for (named in
+            the message) or nested past :data:`DEPTH_LIMIT`.
     """
-    return msgpack.packb([src_task, epoch, seq, items], **_packer_opts)
+    try:
+        return msgpack.packb([[src_task, epoch, seq, items]], **_packer_opts)[1:]
+    except ValueError as e:
+        raise _unencodable(e) from None
 
 
 _BAD_ANCHORS = "frame item's anchors are not [root_id, edge, root_id, edge, ...] (ints)"
@@ -322,15 +386,26 @@ def encode_value(value: Any) -> bytes:
     """One value as codec bytes.
 
     Raises:
-        TypeError: a type the codec cannot carry (named in the message).
+        TypeError: a value the codec cannot carry (see :func:`encode_batch`).
     """
-    return msgpack.packb(value, **_packer_opts)
+    try:
+        return msgpack.packb([value], **_packer_opts)[1:]  # (see DEPTH_LIMIT)
+    except ValueError as e:
+        raise _unencodable(e) from None
 
 
 def value_encoder():
     """:func:`encode_value` with a ``msgpack.Packer`` of its own: faster per call than
     ``packb`` with options, and not thread-safe (one owner: a task's state)."""
-    return msgpack.Packer(default=_default, use_bin_type=True).pack
+    pack = msgpack.Packer(default=_default, use_bin_type=True).pack
+
+    def encode(value: Any) -> bytes:
+        try:
+            # (see DEPTH_LIMIT; msgpack's Packer resets its buffer when it raises)
+            return pack([value])[1:]
+        except ValueError as e:
+            raise _unencodable(e) from None
+    return encode
 
 
 def _decode_state(data: bytes, what: str, use_list: bool) -> Any:
