@@ -146,3 +146,23 @@ def test_a_sink_step_error_is_masked():
         executor._call("commit", 1, 1, {"key": "k", "rows": [], "names": []})
     assert "db.internal" in str(e.value)
     _no_secret(str(e.value))
+
+
+def test_an_error_report_masks_the_message_and_the_chained_traceback(caplog):
+    """A sink's commit fails on its driver's error, which quotes the DSN: the task's error
+    log and its kept error kinds show neither the password nor the chained original's."""
+    from actors._errors import ErrorReporter
+    from actors._two_phase import TwoPhaseCommitExecutor
+    from topology._db_sink import DbApiSink
+
+    sink = DbApiSink(functools.partial(_refused_connect, DSN), "INSERT INTO t VALUES (?)")
+    sink.prepare({}, None, None)
+    reporter = ErrorReporter("sink", 1)
+    try:
+        TwoPhaseCommitExecutor(sink)._call("commit", 1, 1, {"key": "k", "rows": []})
+    except Exception as e:
+        with caplog.at_level("ERROR", logger="storm_on_ray.errors"):
+            reporter.report(e, "commit")
+    (kind,) = reporter.kinds.values()
+    assert caplog.records and "db.internal" in caplog.records[0].getMessage()
+    _no_secret(kind.message, kind.traceback, *(r.getMessage() for r in caplog.records))
