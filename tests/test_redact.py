@@ -166,3 +166,14 @@ def test_an_error_report_masks_the_message_and_the_chained_traceback(caplog):
     (kind,) = reporter.kinds.values()
     assert caplog.records and "db.internal" in caplog.records[0].getMessage()
     _no_secret(kind.message, kind.traceback, *(r.getMessage() for r in caplog.records))
+
+
+def test_a_failed_spark_querys_error_is_masked():
+    from connectors.spark.streaming_spout import query_error
+
+    e = RuntimeError("StreamingQueryException: jdbc source failed\n"
+                     "  at org.apache.spark.X\n"
+                     f"Caused by: could not connect to {DSN}")
+    msg = query_error(e)
+    assert "db.internal" in msg
+    _no_secret(msg)
