@@ -36,9 +36,10 @@ Arrow values let one tuple carry a whole record batch (``DataFrameSpout(...,
 arrow_batches=True)`` feeding vectorised bolts): its buffers are copied once into the frame
 and read back without a per-row step.
 
-Arrow payloads are untrusted input, read as Arrow's guidance for untrusted IPC data asks
-(the ``pyarrow.ipc`` docs, "Reading untrusted data"): every batch is validated in full
-(``validate(full=True)``), and a column of an extension type not in
+Arrow payloads are untrusted input, read as Arrow's security model asks of IPC data from
+an untrusted source (Arrow's format docs, "Security Considerations"): every batch is
+validated in full (``validate(full=True)``) before a value is read, and a column of an
+extension type not in
 :data:`ARROW_EXTENSIONS` is refused, naming the type. An extension type registered in the
 receiving process runs that process's Python code on its values: Ray Data's
 ``ray.data.arrow_pickled_object`` runs ``pickle.load`` in ``to_pylist()``, so a peer that
