@@ -36,14 +36,11 @@ Arrow values let one tuple carry a whole record batch (``DataFrameSpout(...,
 arrow_batches=True)`` feeding vectorised bolts): its buffers are copied once into the frame
 and read back without a per-row step.
 
-Arrow payloads are untrusted input, read as Arrow's security model asks of IPC data from
-an untrusted source (Arrow's format docs, "Security Considerations"): every batch is
-validated in full (``validate(full=True)``) before a value is read, and a column of an
-extension type not in
-:data:`ARROW_EXTENSIONS` is refused, naming the type. An extension type registered in the
-receiving process runs that process's Python code on its values: Ray Data's
-``ray.data.arrow_pickled_object`` runs ``pickle.load`` in ``to_pylist()``, so a peer that
-could send one could run code in us.
+Arrow payloads are untrusted input (``actors/_arrow_ipc.py``): every batch is validated
+in full before a value is read, and a column of an extension type outside a short
+allow-list is refused, naming the type, before pyarrow reads the schema (a registered
+extension type runs its Python code there and on its values: Ray Data's
+``ray.data.arrow_pickled_object`` runs ``pickle.load`` in ``to_pylist()``).
 
 Decoding is bounded (``max_frame_bytes``) and strict about shape; anything else raises
 :class:`FrameError`, which receivers count and drop. Encoding raises ``TypeError`` for any
@@ -62,6 +59,8 @@ from typing import Any
 
 import msgpack
 
+from actors._arrow_ipc import ArrowPayloadError, decode_arrow, encode_arrow
+
 _EXT_DATETIME, _EXT_DATE, _EXT_DECIMAL, _EXT_TIME = 1, 2, 3, 4
 _EXT_ARROW_BATCH, _EXT_ARROW_TABLE = 5, 6
 
@@ -70,15 +69,6 @@ _EXT_ARROW_BATCH, _EXT_ARROW_TABLE = 5, 6
 #: -10, see actors/_streams.py; the tick, -11, never travels: a frame carrying it is
 #: malformed).
 MIN_STREAM_INDEX = -10
-
-#: The Arrow extension types a payload may carry: Arrow's canonical extension types that
-#: Arrow itself implements (in C++; no Python code runs on their values). Any other
-#: extension type, registered in this process or not, is refused.
-ARROW_EXTENSIONS = frozenset({"arrow.fixed_shape_tensor", "arrow.uuid", "arrow.json",
-                              "arrow.bool8"})
-#: the field metadata key naming an extension type pyarrow does not know (Arrow's columnar
-#: format, "Extension Types")
-_EXTENSION_NAME_KEY = b"ARROW:extension:name"
 
 #: msgpack's nesting limit (its ``DEFAULT_RECURSE_LIMIT``); its unpacker's stack holds one
 #: level less than its packer takes, so the codec packs each frame or value inside a
@@ -146,55 +136,17 @@ def _default(obj: Any) -> msgpack.ExtType:
     kind = type(obj).__name__
     if kind in ("RecordBatch", "Table") and type(obj).__module__.startswith("pyarrow"):
         return _ext((_EXT_ARROW_BATCH if kind == "RecordBatch" else _EXT_ARROW_TABLE,
-                     _arrow_ipc(obj)))
+                     encode_arrow(obj)))
     raise TypeError(f"cannot serialise a {type(obj).__name__} in a tuple: use msgpack types "
                     f"(None, bool, int, float, str, bytes, list, dict), datetime, date, time, "
                     f"Decimal, or a pyarrow RecordBatch / Table")
 
 
-def _arrow_ipc(obj) -> bytes:
-    import pyarrow as pa
-
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, obj.schema) as writer:
-        writer.write(obj)
-    return sink.getvalue().to_pybytes()
-
-
 def _from_arrow_ipc(code: int, data: bytes):
-    import pyarrow as pa
-
     try:
-        reader = pa.ipc.open_stream(pa.py_buffer(data))
-        _check_arrow_fields(reader.schema, "")
-        value = reader.read_all() if code == _EXT_ARROW_TABLE else reader.read_next_batch()
-        value.validate(full=True)
-    except (pa.ArrowException, OSError, StopIteration) as e:
-        raise FrameError(f"undecodable Arrow payload ({type(e).__name__}: {e})") from None
-    return value
-
-
-def _check_arrow_fields(fields, parent: str) -> None:
-    """Refuse an extension type outside :data:`ARROW_EXTENSIONS` anywhere in ``fields``
-    (a schema, or a nested type's children), registered here or not (then only its field
-    metadata names it)."""
-    import pyarrow as pa
-
-    for f in fields:
-        path = f"{parent}.{f.name}" if parent else f.name
-        t = f.type
-        name = None
-        if isinstance(t, pa.BaseExtensionType):
-            name, t = t.extension_name, t.storage_type
-        elif f.metadata and _EXTENSION_NAME_KEY in f.metadata:
-            name = f.metadata[_EXTENSION_NAME_KEY].decode(errors="replace")
-        if name is not None and name not in ARROW_EXTENSIONS:
-            raise FrameError(f"Arrow payload's column {path!r} has extension type {name!r}, "
-                             f"which the wire refuses (allowed: {sorted(ARROW_EXTENSIONS)})")
-        while pa.types.is_dictionary(t):
-            t = t.value_type
-        if t.num_fields:
-            _check_arrow_fields([t.field(i) for i in range(t.num_fields)], path)
+        return decode_arrow(data, table=code == _EXT_ARROW_TABLE)
+    except ArrowPayloadError as e:
+        raise FrameError(str(e)) from None
 
 
 def _datetime_from(data: bytes) -> _dt.datetime:

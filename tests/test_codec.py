@@ -187,9 +187,12 @@ def _arrow_frame(batch) -> bytes:
 @pytest.fixture
 def pickled_object_type():
     """An extension type that unpickles its values in ``to_pylist()``, as Ray Data's
-    ``ray.data.arrow_pickled_object`` does, registered in this process."""
+    ``ray.data.arrow_pickled_object`` does, registered in this process; ``.hook_calls``
+    counts its ``__arrow_ext_deserialize__`` (Python code pyarrow runs at schema reading)."""
     pa = pytest.importorskip("pyarrow")
     import pickle
+
+    hook_calls = []
 
     class PickledScalar(pa.ExtensionScalar):
         def as_py(self, **kwargs):
@@ -204,13 +207,16 @@ def pickled_object_type():
 
         @classmethod
         def __arrow_ext_deserialize__(cls, storage_type, serialized):
+            hook_calls.append(serialized)
             return cls()
 
         def __arrow_ext_scalar_class__(self):
             return PickledScalar
 
     pa.register_extension_type(PickledObjectType())
-    yield PickledObjectType()
+    ext = PickledObjectType()
+    ext.hook_calls = hook_calls
+    yield ext
     pa.unregister_extension_type("test.pickled_object")
 
 
@@ -225,6 +231,7 @@ def test_an_arrow_column_of_a_foreign_extension_type_is_refused(pickled_object_t
     for batch in (pa.record_batch({"obj": column}), pa.record_batch({"objs": nested})):
         with pytest.raises(FrameError, match="extension type 'test.pickled_object'"):
             decode_batch(_arrow_frame(batch))
+    assert pickled_object_type.hook_calls == []   # refused before pyarrow read the schema
     frame = _arrow_frame(pa.record_batch({"obj": column}))
     pa.unregister_extension_type("test.pickled_object")   # known only by its metadata
     try:
@@ -234,6 +241,30 @@ def test_an_arrow_column_of_a_foreign_extension_type_is_refused(pickled_object_t
         pa.register_extension_type(pickled_object_type)
     ok = pa.record_batch({"id": pa.array([b"0123456789abcdef"], pa.uuid())})
     assert decode_batch(_arrow_frame(ok))[3][0][1][0].equals(ok)   # Arrow's own: allowed
+
+
+def test_a_damaged_arrow_payload_is_a_frame_error_whatever_the_damage():
+    """The schema reader checks every offset: truncated or flipped bytes anywhere in the
+    schema message give a FrameError, never another exception or a crash."""
+    import random
+
+    pa = pytest.importorskip("pyarrow")
+    batch = pa.record_batch({"id": pa.array([b"0123456789abcdef"], pa.uuid()),
+                             "l": pa.array([[{"x": "y"}]])})  # (an extension: walked)
+    payload = bytearray(msgpack.unpackb(_arrow_frame(batch), ext_hook=lambda c, d: d)[3][0][1][0])
+    rng = random.Random(7)
+    for n in range(200):
+        bad = bytearray(payload)
+        for _ in range(1 + n % 4):
+            bad[rng.randrange(8, 8 + 200)] = rng.randrange(256)
+        frame = encode_batch(1, [[0, [msgpack.ExtType(5, bytes(bad))]]])
+        try:
+            decode_batch(frame)
+        except FrameError:
+            pass
+    for cut in range(0, 200, 7):
+        with pytest.raises(FrameError):
+            decode_batch(encode_batch(1, [[0, [msgpack.ExtType(5, bytes(payload[:cut]))]]]))
 
 
 def test_an_arrow_payload_is_validated_in_full():
