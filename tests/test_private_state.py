@@ -101,6 +101,8 @@ def test_a_transaction_naming_files_outside_the_dataset_is_refused(tmp_path):
 @pytest.mark.parametrize("case", ["foreign owner", "world-writable", "group-writable",
                                   "planted topology dir", "under a shared parent"])
 def test_a_checkpoint_dir_others_own_or_can_write_is_refused(tmp_path, case):
+    if case in ("foreign owner", "planted topology dir") and os.geteuid() != 0:
+        pytest.skip("chown to another user needs root")
     d = tmp_path / "ckpt"
     d.mkdir(mode=0o700)
     named = d
