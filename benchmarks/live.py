@@ -32,7 +32,7 @@ day files a second, in three phases:
     python -m benchmarks.live [--days 100] [--days-per-s 0.5] [--steady-s 60] [--slow-s 120]
 
 Ends with ``e2e_latency_ms_p50=... e2e_latency_ms_p99=... spark_follow_error_pct=...
-handoff_rows_max=... rss_growth_pct=... windows_checked=N``; writes
+spark_rows_per_s=... handoff_rows_max=... rss_growth_pct=... windows_checked=N``; writes
 benchmarks/results/live.json.
 """
 
@@ -341,7 +341,8 @@ def main() -> None:
           f"RSS {first:.0f} -> {second:.0f} MB; check: "
           f"{'passed' if not failures else failures}; {path}")
     print(f"e2e_latency_ms_p50={p50:.0f} e2e_latency_ms_p99={p99:.0f} "
-          f"spark_follow_error_pct={follow_err:.1f} handoff_rows_max={hs['max_held_rows']} "
+          f"spark_follow_error_pct={follow_err:.1f} spark_rows_per_s={spark_rate:.1f} "
+          f"handoff_rows_max={hs['max_held_rows']} "
           f"rss_growth_pct={growth:.1f} windows_checked={windows_checked}")
 
 
