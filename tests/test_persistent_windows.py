@@ -334,6 +334,46 @@ def test_persistent_flight_windows_are_exact_after_the_windowed_task_is_killed_t
     assert fired == per_origin
 
 
+def test_replays_go_before_new_tuples_so_windows_stay_exact_behind_a_back_of_queue_spout(
+        cluster, name, tmp_path):
+    """A replaying spout that re-queues failed rows at the back of its queue, behind hourly
+    persistent windows whose task is killed twice: after each rollback its new rows wait
+    until the failed ones are emitted again, so none is late and every window has its
+    exact count (new rows first, the replays came late and were dropped)."""
+    from tests.components import BackOfQueueSpout
+    from tests.test_state import _kill_and_wait
+
+    rows = _flight_hours(12_000)
+    expected = Counter(rows)
+    b = TopologyBuilder()
+    b.set_spout("rows", BackOfQueueSpout(rows, ("origin", "ts")))
+    b.set_bolt("win", HourlyFlights(delay_s=0.01).with_tumbling_window(Duration(3_600_000))
+               .with_timestamp_field("ts").with_watermark_interval(Duration(20))
+               .with_persistence(), 2).fields_grouping("rows", ("origin",))
+    b.set_bolt("out", CollectorBolt()).global_grouping("win")
+    conf = {"topology.state.checkpoint.interval.ms": 200,
+            "topology.state.checkpoint.dir": str(tmp_path / "ckpt"),
+            "topology.executor.receive.buffer.size": 256, "topology.producer.batch.size": 50}
+    handle = cluster.submit_topology(name, conf, b.create_topology())
+    try:
+        victim = handle.topology.component_tasks["win"][0]
+        for k in range(2):
+            until(lambda k=k: handle.checkpoint_stats()["completed"] >= 1
+                  and sum(t.windows_fired for t in handle.stats().component("win"))
+                  > 30 * (k + 1), 60, "windows and a checkpoint")
+            _kill_and_wait(handle, victim)
+        assert handle.wait(180), handle.stats().summary()
+        reports = handle.collected("out")
+        spout = handle.stats().component("rows")
+        late = sum(t.late_tuples for t in handle.stats().component("win"))
+    finally:
+        cluster.kill_topology(name)
+    got = {(origin, start): n for *_, (origin, start, n) in reports}
+    assert late == 0 and got == dict(expected)
+    assert sum(t.held_for_replays for t in spout) > 0  # (new rows waited)
+    assert sum(t.late_replays for t in spout) == 0
+
+
 def test_a_missing_or_mistyped_timestamp_is_reported_and_leaves_the_windows_unchanged():
     """Bad input: the tuple is reported (the error names the field), acked, counted, and
     the checkpointed windows are what they were without it."""

@@ -232,6 +232,61 @@ def test_persistent_windows_behind_spark_count_every_committed_row_after_a_kill(
     assert sorted(fired) == list(range(0, committed - committed % 100, 100))
 
 
+def test_a_spout_task_killed_mid_block_behind_persistent_windows_counts_every_row_once(
+        cluster, spark, name, tmp_path):
+    """The spout keeps a position (micro-batch, block, rows): its task is killed while it
+    holds a block that a committed checkpoint holds rows of (blocks of 200 rows, 10 tuples
+    pending at a time, so a block takes many rounds); the restarted task's block starts
+    after those rows, and every window below what Spark committed holds each value once
+    (given back whole, the committed rows were counted twice)."""
+    ck = str(tmp_path / "ck")
+    spout = StreamingDataFrameSpout(_rate(spark, 200).select("value"), checkpoint_location=ck)
+    b = TopologyBuilder()
+    b.set_spout("live", spout)
+    b.set_bolt("win", WindowSpanBolt("value").with_tumbling_window(Duration.of(100))
+               .with_timestamp_field("value").with_watermark_interval(Duration.of(20))
+               ).shuffle_grouping("live")
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("win")
+    conf = {"topology.state.checkpoint.interval.ms": 100, "topology.max.spout.pending": 10,
+            "topology.state.checkpoint.dir": str(tmp_path / "state")}
+    handle = cluster.submit_topology(name, conf, b.create_topology())
+    try:
+        until(lambda: len(_commits(ck)) >= 1, 120, "a commit", interval=0.2)
+
+        def mid_block():  # the same block leased across two commits
+            hs, c0 = spout.handoff_stats(), handle.checkpoint_stats()["last_committed"] or 0
+            if hs["leased_blocks"] != 1:
+                return None
+            until(lambda: handle.checkpoint_stats()["last_committed"] >= c0 + 2, 30,
+                  "two commits", interval=0.05)
+            hs2 = spout.handoff_stats()
+            return hs2["leased_blocks"] == 1 and hs2["blocks_taken"] == hs["blocks_taken"]
+
+        until(mid_block, 60, "a block held across two commits", interval=0.05)
+        import ray
+
+        live = handle.topology.component_tasks["live"][0]
+        os.kill(ray.get(handle.actors[live].pid.remote()), 9)
+        until(lambda: handle.checkpoint_stats()["rollbacks"] >= 1, 120, "the rollback",
+              interval=0.2)
+        n = len(_commits(ck))
+        until(lambda: len(_commits(ck)) >= n + 1, 120, "a commit after the kill",
+              interval=0.2)
+        assert handle.drain(120)
+        windows = [v for *_, v in handle.collected("sink")]
+        committed = _offsets(ck)[_commits(ck)[-1]]
+        skipped = spout.handoff_stats().get("rows_skipped")
+    finally:
+        cluster.kill_topology(name)
+    fired = {}
+    for start, end, count, values in windows:
+        if end <= committed:
+            assert values == list(range(start, end)), (start, count)
+            fired[start] = count
+    assert sorted(fired) == list(range(0, committed - committed % 100, 100))
+    assert skipped > 0  # the restarted task's block started after its committed rows
+
+
 def test_kill_with_wait_commits_nothing_undelivered(cluster, spark, name, tmp_path):
     """kill(wait_secs) deactivates, waits, kills: the micro-batch still in the topology
     (its foreachBatch waiting for acks) raises, so Spark does not commit it, and the

@@ -17,7 +17,7 @@ from typing import Any
 from connectors.spark.arrow_rows import arrow_rows
 from connectors.spark.handoff import FAILED, HandoffCore
 from connectors.spark.sources import query_sources, source_problems
-from topology import RetryService, Spout, TopologyError
+from topology import RetryService, StatefulSpout, TopologyError
 
 logger = logging.getLogger("storm_on_ray.streaming")
 
@@ -48,9 +48,9 @@ class _Handoff:
             await self.cond.wait_for(lambda: core.put_done(batch_id) is not None)
             return core.put_done(batch_id)
 
-    async def reopened(self, task: int) -> int:
+    async def reopened(self, task: int, positions: list | None = None) -> int:
         async with self.cond:
-            n = self.core.reopened(task)
+            n = self.core.reopened(task, {(b, i): r for b, i, r in positions or ()})
             self.cond.notify_all()
             return n
 
@@ -173,15 +173,22 @@ _count_rows = _LazyRemote(_count_rows_fn)
 
 
 class _Block:
-    """A block a spout task took: its micro-batch and index, tuples not yet resolved."""
+    """A block a spout task took: its micro-batch and index, tuples not yet resolved,
+    and its position: the rows of it before ``start`` were not emitted again (a committed
+    checkpoint holds them), ``emitted`` rows were emitted since."""
 
-    __slots__ = ("batch_id", "index", "open", "emitted_all")
+    __slots__ = ("batch_id", "index", "open", "emitted_all", "start", "emitted")
 
-    def __init__(self, batch_id: int, index: int) -> None:
+    def __init__(self, batch_id: int, index: int, start: int = 0) -> None:
         self.batch_id, self.index, self.open, self.emitted_all = batch_id, index, 0, False
+        self.start, self.emitted = start, 0
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.batch_id, self.index)
 
 
-class StreamingDataFrameSpout(Spout):
+class StreamingDataFrameSpout(StatefulSpout):
     """Emits the rows of a running Spark Structured Streaming query (a live, unbounded
     source), micro-batch by micro-batch, with backpressure that reaches Spark.
 
@@ -204,10 +211,23 @@ class StreamingDataFrameSpout(Spout):
     topology processed it: at-least-once up to Spark's offsets. Failed rows replay from the
     spout; a driver restart replays the uncommitted micro-batch from the query's
     checkpoint (give ``checkpoint_location``). Spark runs one micro-batch at a time, so
-    with acking one micro-batch is in the topology at a time. Windowed bolts in such a
-    topology ack a tuple once it is in its windows (``topology.bolts.window.ack.on.entry``),
-    which makes the guarantee at-least-once up to the windows. ``msg_ids=False``: a put
-    returns once the micro-batch is in the hand-off (at-most-once past it).
+    with acking one micro-batch is in the topology at a time. ``msg_ids=False``: a put
+    returns once the micro-batch is in the hand-off (at-most-once past it; refused in a
+    topology that checkpoints, whose rollback would lose the rows after its checkpoint).
+
+    **Position** (a topology that checkpoints: stateful bolts, persistent windows, 2PC
+    sinks; the plan makes the windows behind this spout persistent): the spout is a
+    :class:`~topology.StatefulSpout`. Its state holds, for each block it took and has not
+    reported done, ``(micro-batch id, block index, rows emitted)`` at the barrier; a block
+    is reported done to the hand-off when the checkpoint after its last row commits, so
+    Spark commits a micro-batch only once a committed checkpoint holds all of its rows. A
+    rollback or a restarted task gives its blocks back and a re-taken block starts after
+    the rows the committed checkpoint holds (Flink's ``SourceReaderBase`` resumes a split
+    at its offset): exactly-once up to the topology's state and 2PC sinks. Restored from
+    a savepoint behind the same ``checkpoint_location``, Spark runs its uncommitted
+    micro-batch again and the restored positions skip the rows the savepoint holds (a
+    re-run micro-batch must have the same blocks: the same source offsets and
+    partitioning, as Spark's file, Kafka and ``rate-micro-batch`` sources give).
 
     **Lifecycle.** ``handle.kill()`` (or ``storm-on-ray kill``) closes the hand-off: a
     ``foreachBatch`` waiting in it raises, so Spark commits nothing it did not deliver,
@@ -283,6 +303,9 @@ class StreamingDataFrameSpout(Spout):
                                problem)
         self.columns = tuple(df.columns)
         self.outputs = ("batch",) if arrow_batches else self.columns
+        #: without msg ids Spark commits a micro-batch once it is in the hand-off
+        #: (refused where the topology checkpoints: cluster._plan)
+        self.emits_msg_ids = msg_ids
         self._arrow = arrow_batches
         self._batch_rows = batch_rows
         self._msg_ids = msg_ids
@@ -425,10 +448,56 @@ class StreamingDataFrameSpout(Spout):
         self._retries = RetryService(conf, context, collector)
         self.emitted_rows = 0
         self._task = context.task_id
-        if self._msg_ids:  # a restarted task: the blocks it held go back to the hand-off
-            import ray
+        #: position mode (init_state called: the topology checkpoints): blocks taken and
+        #: not reported done, by key; blocks emitted whole before each checkpoint's barrier
+        self._state = None
+        self._held: dict[tuple[int, int], _Block] = {}
+        self._whole_at: dict[int, list[_Block]] = {}
+        self._reported: set[_Block] = set()
+        #: the blocks go back to the hand-off (with the positions) before the first take:
+        #: a restarted task's, and after a rewind the task's own
+        self._resume: list | None = []
 
-            ray.get(self.handoff.reopened.remote(self._task), timeout=60)
+    def init_state(self, state) -> None:
+        """Go on from the positions in ``state`` (``[[batch id, block index, rows], ...]``:
+        the blocks this task held at the last committed checkpoint and the rows of each
+        that checkpoint holds; empty: none). A rewind (called again after a rollback)
+        drops what the task holds; before its next take the blocks it held go back to the
+        hand-off, each to start after its committed rows."""
+        self._state = state
+        if self._take is not None:  # a block it brings is this task's: given back below
+            try:
+                self._take.result(timeout=self._poll_s + 60)
+            except Exception:  # (the hand-off is gone: the next take says so)
+                pass
+            self._take = None
+        self._rows, self._block = iter(()), None
+        self._held.clear()
+        self._whole_at.clear()
+        self._reported.clear()
+        self._in_flight.clear()
+        self._replay.clear()
+        self._resume = [list(p) for p in state.get("position", ())]
+
+    def pre_prepare(self, checkpoint_id: int) -> None:
+        """The position at the barrier: each held block's rows emitted so far; the blocks
+        emitted whole are reported done when this checkpoint commits."""
+        held = list(self._held.values())
+        self._state.put("position", [[b.batch_id, b.index, b.start + b.emitted]
+                                     for b in held])
+        whole = [b for b in held if b.emitted_all and b not in self._reported]
+        if whole:
+            self._whole_at[checkpoint_id] = whole
+            self._reported.update(whole)
+
+    def pre_commit(self, checkpoint_id: int) -> None:
+        """Blocks emitted whole before the barrier of ``checkpoint_id`` (now committed)
+        are done: the hand-off may complete their micro-batch (Spark commits it)."""
+        for cid in [c for c in self._whole_at if c <= checkpoint_id]:
+            for b in self._whole_at.pop(cid):
+                self._held.pop(b.key, None)
+                self._reported.discard(b)
+                self.handoff.acked.remote(b.batch_id, b.index)
 
     def _resolve(self, block: _Block) -> None:
         """One tuple of ``block`` acked or given up; report the block once all are."""
@@ -437,7 +506,7 @@ class StreamingDataFrameSpout(Spout):
             self._report(block)
 
     def _report(self, block: _Block) -> None:
-        if self._msg_ids:
+        if self._msg_ids and self._state is None:  # (with a position: at the commit)
             self.handoff.acked.remote(block.batch_id, block.index)
 
     def _next_block(self) -> bool:
@@ -447,6 +516,10 @@ class StreamingDataFrameSpout(Spout):
 
         if self._ended:
             return False
+        if self._resume is not None:
+            if self._msg_ids:  # the blocks it held go back to the hand-off
+                ray.get(self.handoff.reopened.remote(self._task, self._resume), timeout=60)
+            self._resume = None
         if self._take is None:
             self._take = self.handoff.take.remote(self._poll_s, self._task).future()
         if not self._take.done():
@@ -466,9 +539,13 @@ class StreamingDataFrameSpout(Spout):
             if kind == FAILED:
                 self._collector.report_error(RuntimeError(f"Spark query failed: {answer[1]}"))
             return False
-        _, batch_id, index, ref, _rows = answer
+        _, batch_id, index, ref, _rows, start = answer
         table = ray.get(ref)
-        self._block = _Block(batch_id, index)
+        if start:
+            table = table.slice(start)
+        self._block = _Block(batch_id, index, start)
+        if self._state is not None:
+            self._held[self._block.key] = self._block
         if self._arrow:
             self._rows = ((b,) for b in table.select(list(self.columns)).to_batches(
                 max_chunksize=self._batch_rows) if b.num_rows)
@@ -500,14 +577,18 @@ class StreamingDataFrameSpout(Spout):
             if row is None:
                 return
         block = self._block
-        if self._msg_ids:
+        n = row[0].num_rows if self._arrow else 1
+        if self._state is not None:  # a rollback rewinds to the position: no replays
+            self._collector.emit(row, msg_id=next(self._mids))
+        elif self._msg_ids:
             mid = next(self._mids)
             self._in_flight[mid] = (row, block)
             block.open += 1
             self._collector.emit(row, msg_id=mid)
         else:
             self._collector.emit(row)
-        self.emitted_rows += row[0].num_rows if self._arrow else 1
+        block.emitted += n
+        self.emitted_rows += n
 
     def progress(self) -> int:
         """Rows emitted by this task so far (replays not counted)."""
