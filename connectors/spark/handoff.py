@@ -227,7 +227,8 @@ class HandoffCore:
         again after a driver restart), starts after those rows, so each row is counted
         once. Without positions (a task that keeps none) a block's rows are all emitted
         again: at-least-once. Returns how many blocks went back."""
-        self._skip.update(positions or {})
+        for key, rows in (positions or {}).items():  # (a block's committed rows only grow:
+            self._skip[key] = max(self._skip.get(key, 0), rows)  # another task's may be newer)
         back = sorted(k for k, v in self._leases.items() if v[0] == task)
         for batch_id, index in reversed(back):
             _, block, rows = self._leases.pop((batch_id, index))

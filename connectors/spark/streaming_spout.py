@@ -454,6 +454,11 @@ class StreamingDataFrameSpout(StatefulSpout):
         self._held: dict[tuple[int, int], _Block] = {}
         self._whole_at: dict[int, list[_Block]] = {}
         self._reported: set[_Block] = set()
+        #: committed positions kept in the state beyond the blocks held: blocks reported
+        #: done (and restored positions) of the micro-batch Spark may still run again, so
+        #: a re-run after a restore skips them too; dropped once a newer micro-batch's
+        #: block is taken (with acking Spark starts one only after committing the last)
+        self._carried: dict[tuple[int, int], int] = {}
         #: the blocks go back to the hand-off (with the positions) before the first take:
         #: a restarted task's, and after a rewind the task's own
         self._resume: list | None = []
@@ -475,6 +480,7 @@ class StreamingDataFrameSpout(StatefulSpout):
         self._held.clear()
         self._whole_at.clear()
         self._reported.clear()
+        self._carried = {(b, i): r for b, i, r in state.get("position", ())}
         self._in_flight.clear()
         self._replay.clear()
         self._resume = [list(p) for p in state.get("position", ())]
@@ -483,8 +489,8 @@ class StreamingDataFrameSpout(StatefulSpout):
         """The position at the barrier: each held block's rows emitted so far; the blocks
         emitted whole are reported done when this checkpoint commits."""
         held = list(self._held.values())
-        self._state.put("position", [[b.batch_id, b.index, b.start + b.emitted]
-                                     for b in held])
+        at = {**self._carried, **{b.key: b.start + b.emitted for b in held}}
+        self._state.put("position", [[b, i, r] for (b, i), r in sorted(at.items())])
         whole = [b for b in held if b.emitted_all and b not in self._reported]
         if whole:
             self._whole_at[checkpoint_id] = whole
@@ -496,6 +502,7 @@ class StreamingDataFrameSpout(StatefulSpout):
         for cid in [c for c in self._whole_at if c <= checkpoint_id]:
             for b in self._whole_at.pop(cid):
                 self._held.pop(b.key, None)
+                self._carried[b.key] = b.start + b.emitted
                 self._reported.discard(b)
                 self.handoff.acked.remote(b.batch_id, b.index)
 
@@ -546,6 +553,8 @@ class StreamingDataFrameSpout(StatefulSpout):
         self._block = _Block(batch_id, index, start)
         if self._state is not None:
             self._held[self._block.key] = self._block
+            if any(k[0] < batch_id for k in self._carried):
+                self._carried = {k: r for k, r in self._carried.items() if k[0] >= batch_id}
         if self._arrow:
             self._rows = ((b,) for b in table.select(list(self.columns)).to_batches(
                 max_chunksize=self._batch_rows) if b.num_rows)
