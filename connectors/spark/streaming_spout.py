@@ -448,12 +448,10 @@ class StreamingDataFrameSpout(StatefulSpout):
         self._retries = RetryService(conf, context, collector)
         self.emitted_rows = 0
         self._task = context.task_id
-        #: position mode (init_state called: the topology checkpoints): blocks taken and
-        #: not reported done, by key; blocks emitted whole before each checkpoint's barrier
+        #: the position: blocks taken and not reported done, by key (written into the
+        #: state at each barrier where the topology checkpoints)
         self._state = None
         self._held: dict[tuple[int, int], _Block] = {}
-        self._whole_at: dict[int, list[_Block]] = {}
-        self._reported: set[_Block] = set()
         #: committed positions kept in the state beyond the blocks held: blocks reported
         #: done (and restored positions) of the micro-batch Spark may still run again, so
         #: a re-run after a restore skips them too; dropped once a newer micro-batch's
@@ -466,9 +464,10 @@ class StreamingDataFrameSpout(StatefulSpout):
     def init_state(self, state) -> None:
         """Go on from the positions in ``state`` (``[[batch id, block index, rows], ...]``:
         the blocks this task held at the last committed checkpoint and the rows of each
-        that checkpoint holds; empty: none). A rewind (called again after a rollback)
-        drops what the task holds; before its next take the blocks it held go back to the
-        hand-off, each to start after its committed rows."""
+        that checkpoint holds; empty: none, as without checkpoints). A rewind (called
+        again after a rollback) drops what the task holds and its tuples in flight (the
+        rollback neither acks nor fails them); before its next take the blocks it held go
+        back to the hand-off, each to start after its committed rows."""
         self._state = state
         if self._take is not None:  # a block it brings is this task's: given back below
             try:
@@ -478,33 +477,18 @@ class StreamingDataFrameSpout(StatefulSpout):
             self._take = None
         self._rows, self._block = iter(()), None
         self._held.clear()
-        self._whole_at.clear()
-        self._reported.clear()
         self._carried = {(b, i): r for b, i, r in state.get("position", ())}
         self._in_flight.clear()
         self._replay.clear()
         self._resume = [list(p) for p in state.get("position", ())]
 
     def pre_prepare(self, checkpoint_id: int) -> None:
-        """The position at the barrier: each held block's rows emitted so far; the blocks
-        emitted whole are reported done when this checkpoint commits."""
-        held = list(self._held.values())
-        at = {**self._carried, **{b.key: b.start + b.emitted for b in held}}
+        """The position at the barrier: each held block's rows emitted so far (where the
+        topology checkpoints, its tuples are acked when the checkpoint after them
+        commits, so a block is reported done once a committed checkpoint holds it
+        whole)."""
+        at = {**self._carried, **{b.key: b.start + b.emitted for b in self._held.values()}}
         self._state.put("position", [[b, i, r] for (b, i), r in sorted(at.items())])
-        whole = [b for b in held if b.emitted_all and b not in self._reported]
-        if whole:
-            self._whole_at[checkpoint_id] = whole
-            self._reported.update(whole)
-
-    def pre_commit(self, checkpoint_id: int) -> None:
-        """Blocks emitted whole before the barrier of ``checkpoint_id`` (now committed)
-        are done: the hand-off may complete their micro-batch (Spark commits it)."""
-        for cid in [c for c in self._whole_at if c <= checkpoint_id]:
-            for b in self._whole_at.pop(cid):
-                self._held.pop(b.key, None)
-                self._carried[b.key] = b.start + b.emitted
-                self._reported.discard(b)
-                self.handoff.acked.remote(b.batch_id, b.index)
 
     def _resolve(self, block: _Block) -> None:
         """One tuple of ``block`` acked or given up; report the block once all are."""
@@ -513,7 +497,9 @@ class StreamingDataFrameSpout(StatefulSpout):
             self._report(block)
 
     def _report(self, block: _Block) -> None:
-        if self._msg_ids and self._state is None:  # (with a position: at the commit)
+        if self._held.pop(block.key, None) is not None:
+            self._carried[block.key] = block.start + block.emitted
+        if self._msg_ids:
             self.handoff.acked.remote(block.batch_id, block.index)
 
     def _next_block(self) -> bool:
@@ -551,10 +537,9 @@ class StreamingDataFrameSpout(StatefulSpout):
         if start:
             table = table.slice(start)
         self._block = _Block(batch_id, index, start)
-        if self._state is not None:
-            self._held[self._block.key] = self._block
-            if any(k[0] < batch_id for k in self._carried):
-                self._carried = {k: r for k, r in self._carried.items() if k[0] >= batch_id}
+        self._held[self._block.key] = self._block
+        if any(k[0] < batch_id for k in self._carried):
+            self._carried = {k: r for k, r in self._carried.items() if k[0] >= batch_id}
         if self._arrow:
             self._rows = ((b,) for b in table.select(list(self.columns)).to_batches(
                 max_chunksize=self._batch_rows) if b.num_rows)
@@ -587,9 +572,7 @@ class StreamingDataFrameSpout(StatefulSpout):
                 return
         block = self._block
         n = row[0].num_rows if self._arrow else 1
-        if self._state is not None:  # a rollback rewinds to the position: no replays
-            self._collector.emit(row, msg_id=next(self._mids))
-        elif self._msg_ids:
+        if self._msg_ids:
             mid = next(self._mids)
             self._in_flight[mid] = (row, block)
             block.open += 1
