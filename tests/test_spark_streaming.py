@@ -57,14 +57,18 @@ def _values(collected, index: int = 0) -> list:
     return [v[index] for *_, v in collected]
 
 
-def _windows_on(spout) -> TopologyBuilder:
-    """``spout`` → tumbling event-time windows of 100 values (value as event time) →
-    ``sink``."""
+def _windows_on(spout, relay_delay_s: float | None = None) -> TopologyBuilder:
+    """``spout`` (→ a ``relay`` sleeping ``relay_delay_s`` per tuple, when given) →
+    tumbling event-time windows of 100 values (value as event time) → ``sink``."""
     b = TopologyBuilder()
     b.set_spout("live", spout)
+    up = "live"
+    if relay_delay_s is not None:
+        b.set_bolt("relay", RelayBolt(("value",), relay_delay_s)).shuffle_grouping("live")
+        up = "relay"
     b.set_bolt("win", WindowSpanBolt("value").with_tumbling_window(Duration.of(100))
                .with_timestamp_field("value").with_watermark_interval(Duration.of(20))
-               ).shuffle_grouping("live")
+               ).shuffle_grouping(up)
     b.set_bolt("sink", CollectorBolt()).shuffle_grouping("win")
     return b
 
@@ -253,14 +257,15 @@ def test_persistent_windows_behind_spark_count_every_committed_row_after_a_kill(
 def test_a_spout_task_killed_mid_block_behind_persistent_windows_counts_every_row_once(
         cluster, spark, name, tmp_path):
     """The spout keeps a position (micro-batch, block, rows): its task is killed while it
-    holds a block that a committed checkpoint holds rows of (blocks of 200 rows, 10 tuples
-    pending at a time, so a block takes many rounds); the restarted task's block starts
-    after those rows, and every window below what Spark committed holds each value once
-    (given back whole, the committed rows were counted twice)."""
+    holds a block that a committed checkpoint holds rows of (blocks of 200 rows behind a
+    relay of 5 ms a tuple and small queues, so a block spans many rounds); the restarted
+    task's block starts after those rows, and every window below what Spark committed
+    holds each value once (given back whole, the committed rows were counted twice)."""
     ck = str(tmp_path / "ck")
     spout = StreamingDataFrameSpout(_rate(spark, 200).select("value"), checkpoint_location=ck)
-    b = _windows_on(spout)
-    conf = {"topology.state.checkpoint.interval.ms": 100, "topology.max.spout.pending": 10,
+    b = _windows_on(spout, relay_delay_s=0.005)
+    conf = {"topology.state.checkpoint.interval.ms": 100,
+            "topology.executor.receive.buffer.size": 16, "topology.producer.batch.size": 4,
             "topology.state.checkpoint.dir": str(tmp_path / "state")}
     handle = cluster.submit_topology(name, conf, b.create_topology())
     try:
