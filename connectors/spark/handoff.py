@@ -9,7 +9,7 @@ what a put or a take answers once the topology drains, is killed or its query fa
 where a block given back or run again starts (the rows of it a committed checkpoint already
 holds are skipped: Flink's ``SourceReaderBase`` resumes a split at its recorded offset). It has
 no I/O, no Ray, no clock and no threads; the Ray actor that carries it out
-(``connectors/spark/streaming_spout.py``) only waits on its predicates.
+(``connectors/spark/_handoff_actor.py``) only waits on its predicates.
 
 States: ``open`` (puts enter when there is room), ``draining`` (no new micro-batch enters;
 what is inside is delivered; takes answer ``end`` once it is empty), ``closed`` (the
