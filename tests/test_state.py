@@ -459,6 +459,16 @@ def test_unusable_checkpoint_dir_is_refused_at_submit_with_its_path(cluster, nam
         cluster.submit_topology(name, {"topology.acker.executors": 0,
                                        "topology.state.checkpoint.dir": str(blocker / "x")},
                                 _stateful().create_topology())
+    if os.geteuid() != 0:  # (a chown to another user needs root)
+        return
+    foreign = tmp_path / "foreign"  # another user's directory: refused with the fix
+    foreign.mkdir(mode=0o700)
+    os.chown(foreign, 65534, 65534)
+    with pytest.raises(ValueError, match=rf"{foreign}: not private to this user: {foreign} "
+                                         rf"is owned by uid 65534.*mkdir -m 0700"):
+        cluster.submit_topology(name, {"topology.acker.executors": 0,
+                                       "topology.state.checkpoint.dir": str(foreign)},
+                                _stateful().create_topology())
 
 
 def test_core_without_checkpoints_gives_a_stateful_bolt_a_state_of_its_own():
