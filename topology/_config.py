@@ -364,7 +364,11 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("topology.state.checkpoint.dir", (str,), None,
               "Ours: the directory of the local provider's checkpoints, each submit under "
               "<dir>/<topology>/<submit id>/<component>/. Null: storm-on-ray-state beside "
-              "Ray's session directories (e.g. /tmp/ray/storm-on-ray-state).",
+              "Ray's session directories (e.g. /tmp/ray/storm-on-ray-state). A pyarrow.fs "
+              "URI (s3://bucket/prefix?region=..., gs://, hdfs://, file://) keeps them as "
+              "objects every node reads (Flink's state.checkpoints.dir); on a cluster of "
+              "several nodes a directory that some bundle's node does not see is refused "
+              "at submit (docs/state.md).",
               nullable=True),
     ConfigKey("topology.debug", (bool,), False,
               "No-op (Storm's key and default, accepted so a Storm config does not fail): "
