@@ -158,6 +158,12 @@ def scenario(c, lc, provider: str, directory: str, redis_port: list,
         if out.get("outcome") == "complete" and provider != "local":
             snap = decoded(make_provider(conf, "nodeloss", handle.prefix).read_raw())
             out["counts"] = dict(merged_counts(snap["count"]))
+        if provider == "s3":  # (the checkpoints are on the server, not on a disk)
+            import pyarrow.fs as pafs
+
+            fs, base = pafs.FileSystem.from_uri(s3)
+            out["objects"] = sum(i.type == pafs.FileType.File for i in fs.get_file_info(
+                pafs.FileSelector(base, recursive=True, allow_not_found=True)))
         ray.get(handle.checkpoints.state.remote())  # (alive: the coordinator answers)
     finally:
         try:

@@ -38,6 +38,7 @@ def test_a_lost_node_completes_exact_on_redis_and_s3_and_fails_loudly_on_local(t
     for shared in (redis, on_s3):
         assert shared["outcome"] == "complete", shared
         assert shared["counts"] == shared["expected"]  # exact: nothing lost, nothing twice
+    assert on_s3["objects"] > 0, on_s3  # (written to the server)
     assert local["outcome"] == "failed", local
     lost = [t for t in local["lost_tasks"] if f"task {t}:" in local["failure"]]
     assert lost and f"task-{lost[0]}.db" in local["failure"], local["failure"]
