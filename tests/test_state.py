@@ -372,6 +372,14 @@ def _kill_and_wait(handle, task):
         handle.checkpoint_stats()), 60, "the rollback")
 
 
+def kill_mid_stream(handle, victims) -> None:
+    """Kill each of ``victims`` (task ids) in turn once a checkpoint has committed, waiting
+    for the rollback after each."""
+    for victim in victims:
+        until(lambda: handle.checkpoint_stats()["completed"] >= 1, 60, "a checkpoint")
+        _kill_and_wait(handle, victim)
+
+
 def _counts_after(handle, ckpt_dir, name) -> collections.Counter:
     assert handle.wait(180), "the topology did not complete"
     state = read_state(os.path.join(ckpt_dir, name, handle.prefix))

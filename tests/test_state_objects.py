@@ -19,8 +19,8 @@ from actors.state._objects import MAX_CHAIN, MIN_CHAIN, ObjectProvider
 from actors.state._provider import COMMITTED, FINAL, PREPARING, CorruptCheckpoint
 from actors.state.providers import StateDirError, make_provider
 from cluster._state_dir import check_shared_dir
-from tests._util import until
 from tests.components import StatefulWordCount, merged_counts, words
+from tests.test_state import kill_mid_stream
 from topology import IterableSpout, TopologyBuilder, TopologyError
 
 
@@ -171,8 +171,6 @@ def test_stateful_word_count_on_a_uri_is_exact_after_tasks_are_killed(cluster, n
     """Two workers; a count task and a spout task killed mid-stream, checkpoints on
     ``s3://`` (moto) or ``file://``: the final state is a Counter of the input, and kill
     deletes the submit's objects."""
-    from tests.test_state import _kill_and_wait
-
     if scheme == "s3":
         ckpt = request.getfixturevalue("s3").uri("checkpoints", f"wc-{name}")
     else:
@@ -190,9 +188,7 @@ def test_stateful_word_count_on_a_uri_is_exact_after_tasks_are_killed(cluster, n
     provider = make_provider(conf, name, handle.prefix)
     try:
         tasks = handle.topology.component_tasks
-        for victim in (tasks["count"][0], tasks["src"][1]):
-            until(lambda: handle.checkpoint_stats()["completed"] >= 1, 60, "a checkpoint")
-            _kill_and_wait(handle, victim)
+        kill_mid_stream(handle, (tasks["count"][0], tasks["src"][1]))
         assert handle.wait(120), "the topology did not complete"
         stored = _files(provider)
         assert any(f.startswith("count/task-1/gen-") for f in stored), stored
