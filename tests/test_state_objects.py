@@ -137,6 +137,28 @@ def test_a_damaged_state_object_fails_its_check(uri):
     p.delete()
 
 
+def test_a_savepoint_seeds_the_task_directories_by_index(tmp_path):
+    """A savepoint restored into a URI checkpoint directory lands in ``task-<index>``
+    whatever the tasks' global ids, and the new submit's tasks restore it."""
+    from actors.state.savepoints import Savepoint, seed_provider
+
+    b = TopologyBuilder()
+    b.set_spout("src", IterableSpout(["a"], fields=("word",)), 3)
+    b.set_bolt("count", StatefulWordCount(), 2).fields_grouping("src", ("word",))
+    topology = b.create_topology()
+    ids = topology.component_tasks["count"]
+    sp = Savepoint("sp", "wc", 5, {"count": 2},
+                   {"count": {0: {k("a"): k(1)}, 1: {k("b"): k(2)}}})
+    p = ObjectProvider(f"file://{tmp_path}", "wc", "s")
+    assert seed_provider(p, sp, topology, lambda c, t: None) == 5
+    assert p.checkpoint_log().load() == (COMMITTED, 5, [5])
+    assert ids != [0, 1] and {f.split("/")[1] for f in _files(p) if f.startswith("count/")} \
+        == {"task-0", "task-1"}
+    assert p.task_store_at("count", ids[1], 1).restore(5) == {k("b"): k(2)}
+    assert p.read_raw() == {"count": {ids[0]: {k("a"): k(1)}, ids[1]: {k("b"): k(2)}}}
+    p.close()
+
+
 def test_a_uri_is_refused_with_credentials_masked_and_another_topologys_directory(tmp_path):
     with pytest.raises(StateDirError, match=r"s3://\*\*\*:\*\*\*@b/x: cannot be used: .*"
                                             r"carries credentials") as e:
