@@ -50,7 +50,9 @@ class CheckpointWiring:
             store = None
             if is_stateful(core.obj):
                 store = self._stores[core.task_id] = ManifestedStore(
-                    provider.task_store(core.component_id, core.task_id),
+                    provider.task_store_at(
+                        core.component_id, core.task_id,
+                        topology.component_tasks[core.component_id].index(core.task_id)),
                     functools.partial(self._manifest_entry, provider, core.task_id))
             key_group, groups = keyed_state(topology, core.component_id, core.task_id,
                                             core.conf)

@@ -44,14 +44,21 @@ d. ``commit_ratio_1m_vs_1k`` (no Ray): a ``KeyValueState`` of 1M keys and one of
    the base) is timed apart. The two sizes alternate round by round.
 e. ``recovery_s_node_loss``: a Ray node lost under a checkpointed topology on Redis, the
    time until every task runs again (``benchmarks/node_loss.py``; its own cluster).
+f. ``s3_requests_per_task_ckpt``, ``bytes_uploaded_per_ckpt_vs_changed``,
+   ``ckpt_ms_p50_s3_vs_local`` (no Ray): a task's checkpoints on ``s3://`` (moto's
+   loopback server) counted by a wrapper around the filesystem, beside SQLite
+   (``benchmarks/_state_objects.py``).
 
-    python -m benchmarks.state [--quick] [--parts ratio,windows,checkpoint,commit,nodeloss]
+    python -m benchmarks.state [--quick] [--parts ratio,windows,checkpoint,commit,nodeloss,
+                                                  objects] [--result NAME]
 
-Writes benchmarks/results/state.json and benchmarks/results/state.png (checkpoint duration
-per policy, idle and under backpressure); the last line is ``stateful_ratio=...
+Writes benchmarks/results/state.json (``--result``: another name) and
+benchmarks/results/state.png (checkpoint duration per policy, idle and under
+backpressure); the last line is ``stateful_ratio=...
 persistent_window_ratio=... ckpt_ms_p50=... ckpt_ms_p99=... ckpt_under_bp_ms_p99_<policy>=...
 ckpt_under_bp_vs_storm2_<policy>=... commit_ratio_1m_vs_1k=... stateful_ratio_acking=...
-recovery_s_node_loss=...``
+recovery_s_node_loss=... s3_requests_per_task_ckpt=... bytes_uploaded_per_ckpt_vs_changed=...
+ckpt_ms_p50_s3_vs_local=...``
 (``ckpt_ms_*``: storm2 idle, the default policy).
 """
 
@@ -85,7 +92,7 @@ from topology import (
 )
 
 POLICIES = ("storm2", "watermark", "nak", "debloat")
-PARTS = ("ratio", "windows", "checkpoint", "commit", "nodeloss")
+PARTS = ("ratio", "windows", "checkpoint", "commit", "nodeloss", "objects")
 #: the receive queues a barrier waits in on the checkpoint path (count, sink)
 QUEUES_ON_PATH = 2
 #: the debloat target's slack on top of the queues' drain time (the issue's bound, s)
@@ -574,6 +581,9 @@ def main() -> None:
                     help="per cell and pass, after the warm-up")
     ap.add_argument("--commit-sizes", default="1000,1000000")
     ap.add_argument("--commit-rounds", type=int, default=200)
+    ap.add_argument("--objects-keys", type=int, default=10_000, help="f.")
+    ap.add_argument("--objects-rounds", type=int, default=60, help="f.")
+    ap.add_argument("--result", default="state", help="benchmarks/results/<NAME>.json")
     args = ap.parse_args()
     if args.quick:
         args.reps, args.tuples, args.acking_tuples = 1, 300_000, 60_000
@@ -606,12 +616,22 @@ def main() -> None:
                 print(f"commit 1k dirty keys into {n:>9,} keys: p50/p99 "
                       f"{c[str(n)]['commit_ms']['p50']:.2f}/{c[str(n)]['commit_ms']['p99']:.2f}"
                       f" ms, GC p50 {c[str(n)]['gc_ms']['p50']:.2f} ms", flush=True)
+        if "objects" in parts:
+            from benchmarks._state_objects import run_against_moto
+            result["objects"] = o = run_against_moto(args.objects_keys, args.objects_rounds)
+            print(f"objects: {o['s3_requests_per_task_ckpt']} calls/ckpt, "
+                  f"{o['bytes_uploaded_per_ckpt_vs_changed']} x the bytes changed, prepare "
+                  f"p50 {o['prepare_ms_p50_s3']} ms on S3, {o['prepare_ms_p50_local']} ms "
+                  f"on SQLite; a base at every commit instead: "
+                  f"{o['base_every_ckpt']['s3_requests_per_task_ckpt']} calls/ckpt, "
+                  f"{o['base_every_ckpt']['bytes_uploaded_per_ckpt_vs_changed']} x",
+                  flush=True)
         if "nodeloss" in parts:  # (a Ray cluster of its own, in another process)
             from benchmarks.node_loss import recovery_runs
             result["node_loss"] = recovery_runs(1)
             print(f"node lost: running again after {result['node_loss']['recovery_s']} s",
                   flush=True)
-        ray_parts = [p for p in parts if p not in ("commit", "nodeloss")]
+        ray_parts = [p for p in parts if p not in ("commit", "nodeloss", "objects")]
         if ray_parts:
             cluster = LocalCluster(num_cpus=2)
             try:
@@ -648,7 +668,7 @@ def main() -> None:
     result["wall_s"] = round(time.time() - started, 1)
     # the host's load (1, 5, 15 min) before and after: a shared host's noise
     result["loadavg"] = {"before": load_before, "after": os.getloadavg()}
-    write_result("state", result)
+    write_result(args.result, result)
     print(f"wall time {result['wall_s']:.0f} s")
 
     def fmt(x, spec: str = ".3f") -> str:
@@ -680,6 +700,10 @@ def main() -> None:
                    f"{fmt(result.get('stateful_acking_on', {}).get('ratio'))}")
     figures.append("recovery_s_node_loss="
                    f"{fmt(result.get('node_loss', {}).get('recovery_s'), '.2f')}")
+    o = result.get("objects", {})
+    figures += [f"{key}={fmt(o.get(key), '.2f')}" for key in (
+        "s3_requests_per_task_ckpt", "bytes_uploaded_per_ckpt_vs_changed",
+        "ckpt_ms_p50_s3_vs_local")]
     print(" ".join(figures))
 
 

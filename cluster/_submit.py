@@ -238,6 +238,8 @@ def _start_checkpoints(p: TopologyPlan, name: str, prefix: str, conf: dict, pg,
     Raises:
         StateDirError: the checkpoint directory is not writable or holds another
             topology's checkpoints.
+        TopologyError: the ``local`` provider's directory is on a local filesystem that
+            a node holding one of ``pg``'s bundles does not see (cluster/_state_dir.py).
     """
     from actors.state import checkpoint_coordinator_class, checkpoint_coordinator_name
     from actors.state.providers import default_checkpoint_dir, make_provider
@@ -246,6 +248,12 @@ def _start_checkpoints(p: TopologyPlan, name: str, prefix: str, conf: dict, pg,
         conf["topology.state.checkpoint.dir"] = default_checkpoint_dir()
     provider = make_provider(conf, name, prefix)
     provider.checkpoint_log()  # refuses a bad directory
+    if conf.get("topology.state.provider") in (None, "local"):
+        directory = conf["topology.state.checkpoint.dir"]
+        if directory.startswith("file://") or "://" not in directory:
+            from cluster._state_dir import check_bundle_nodes
+
+            check_bundle_nodes(directory.removeprefix("file://"), pg)
     topology = p.topology
     if savepoint is not None:  # the tasks and the coordinator start from its checkpoint
         from actors.state import keyed_state

@@ -1,5 +1,6 @@
 """A lost Ray node, in a process of its own (the suite's session cluster cannot be
-re-initialised in-process): ``python -m tests._node_loss DIR [REDIS_PORT [redis-only]]``.
+re-initialised in-process): ``python -m tests._node_loss DIR [REDIS_PORT [redis-only]]
+[--s3 URI]``.
 
 Starts a 3-node ``ray.cluster_utils.Cluster`` (one CPU per node, no dashboard), submits a
 stateful word count behind a position-keeping spout with its three workers one per node
@@ -9,7 +10,8 @@ process on it dies: executors, a transfer actor). With the ``local`` provider it
 deletes the task files that node's tasks wrote (what a real node loss does to a node's
 disk). A node joins back, the spout's gate opens, and the topology is waited for. With a
 ``REDIS_PORT`` the scenario runs with the redis provider first, then with ``local``, in
-the same cluster.
+the same cluster; with ``--s3 URI`` it also runs with the ``local`` provider's checkpoints
+under that ``s3://`` URI (objects survive the node), before ``local``.
 
 Prints one JSON line per scenario: ``provider``, ``outcome`` ("complete", "failed" or
 "timeout"), the failure's text, the final committed counts (redis), the expected ones,
@@ -46,6 +48,10 @@ def _running_again(handle, gen: int, since: float) -> float | None:
 
 
 def main(argv: list[str]) -> list[dict]:
+    s3 = None
+    if "--s3" in argv:
+        i = argv.index("--s3")
+        s3, argv = argv[i + 1], argv[:i] + argv[i + 2:]
     directory = argv[0]
     import ray
     import ray.cloudpickle
@@ -63,19 +69,21 @@ def main(argv: list[str]) -> list[dict]:
     ray.init(address=c.address, logging_level="ERROR")
     lc = LocalCluster()
     try:
-        providers = (["redis"] if argv[1:] else []) + (
+        providers = (["redis"] if argv[1:] else []) + (["s3"] if s3 else []) + (
             [] if argv[2:] == ["redis-only"] else ["local"])
-        return [scenario(c, lc, provider, os.path.join(directory, provider), argv[1:2])
+        return [scenario(c, lc, provider, os.path.join(directory, provider), argv[1:2], s3)
                 for provider in providers]
     finally:
         ray.shutdown()
         c.shutdown()
 
 
-def scenario(c, lc, provider: str, directory: str, redis_port: list) -> dict:
+def scenario(c, lc, provider: str, directory: str, redis_port: list,
+             s3: str | None = None) -> dict:
     """One topology through the loss of one node (see the module)."""
     import ray
 
+    from actors.state._common import decoded
     from actors.state.providers import make_provider
     from cluster import TopologyFailed
     from tests.components import FileGatedKeySpout, StatefulWordCount, merged_counts
@@ -92,8 +100,10 @@ def scenario(c, lc, provider: str, directory: str, redis_port: list) -> dict:
             "topology.acker.executors": 0, "topology.component.cpu.pcore.percent": 20,
             "topology.state.checkpoint.interval.ms": 200,
             "topology.state.checkpoint.timeout.secs": 20,
-            "topology.state.provider": provider}
-    if provider == "redis":
+            "topology.state.provider": "local" if provider == "s3" else provider}
+    if provider == "s3":
+        conf["topology.state.checkpoint.dir"] = s3
+    elif provider == "redis":
         conf["topology.state.provider.config"] = {"host": "127.0.0.1",
                                                   "port": int(redis_port[0])}
     else:
@@ -145,9 +155,15 @@ def scenario(c, lc, provider: str, directory: str, redis_port: list) -> dict:
             out["outcome"], out["failure"] = "failed", str(e)
         out["recovery_s"] = recovery
         out["elapsed_s"] = round(time.monotonic() - t0, 1)
-        if out.get("outcome") == "complete" and provider == "redis":
-            snap = make_provider(conf, "nodeloss", handle.prefix).read_state()
+        if out.get("outcome") == "complete" and provider != "local":
+            snap = decoded(make_provider(conf, "nodeloss", handle.prefix).read_raw())
             out["counts"] = dict(merged_counts(snap["count"]))
+        if provider == "s3":  # (the checkpoints are on the server, not on a disk)
+            import pyarrow.fs as pafs
+
+            fs, base = pafs.FileSystem.from_uri(s3)
+            out["objects"] = sum(i.type == pafs.FileType.File for i in fs.get_file_info(
+                pafs.FileSelector(base, recursive=True, allow_not_found=True)))
         ray.get(handle.checkpoints.state.remote())  # (alive: the coordinator answers)
     finally:
         try:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 import tests.components as components
+from tests import _s3
 
 #: fixtures that start (or need) Ray, and those that need a Spark session on it
 RAY_FIXTURES = frozenset({"cluster", "ray_head", "spark"})
@@ -50,6 +51,26 @@ def pytest_collection_modifyitems(config, items):
 # with Ray's default is not yet checked.) What a user runs drops it and gets Ray's default:
 # the CLI and `ray job submit` against tests/_util.RayHead, tests/test_examples.py.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# Dummy AWS credentials for moto's loopback S3 server (tests/_s3.py), set before Ray starts
+# so that Ray's workers, which write checkpoints to s3://, inherit them; a developer's own
+# credentials, if set, are kept (moto accepts any).
+for _name, _value in _s3.ENV.items():
+    os.environ.setdefault(_name, _value)
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """moto's S3 server on loopback (``tests/_s3.py``) with the buckets ``savepoints``
+    and ``checkpoints``; the credentials are in this process's environment (above)."""
+    if _s3.server_binary() is None:
+        pytest.skip(_s3.NO_SERVER)
+    server = _s3.MotoServer().start()
+    try:
+        server.create_bucket("savepoints")
+        server.create_bucket("checkpoints")
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ from actors.state.savepoints import (
     read_savepoint,
     write_savepoint,
 )
-from tests import _redis, _s3
+from tests import _redis
 from tests.components import FileGatedKeySpout, StatefulWordCount, merged_counts
 from topology import TopologyBuilder
 
@@ -44,27 +44,6 @@ def redis_server(tmp_path_factory):
     s = _redis.RedisServer(str(tmp_path_factory.mktemp("redis"))).start()
     yield s
     s.stop()
-
-
-@pytest.fixture(scope="module")
-def s3():
-    """moto's S3 server on loopback with a bucket ``savepoints``; dummy credentials in the
-    environment of this process (the driver, which writes and reads savepoints)."""
-    if _s3.server_binary() is None:
-        pytest.skip(_s3.NO_SERVER)
-    saved = {name: os.environ.get(name) for name in _s3.ENV}
-    os.environ.update(_s3.ENV)
-    server = _s3.MotoServer().start()
-    try:
-        server.create_bucket("savepoints")
-        yield server
-    finally:
-        server.stop()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 # -- the backends' shared module --------------------------------------------------------------

@@ -372,6 +372,14 @@ def _kill_and_wait(handle, task):
         handle.checkpoint_stats()), 60, "the rollback")
 
 
+def kill_mid_stream(handle, victims) -> None:
+    """Kill each of ``victims`` (task ids) in turn once a checkpoint has committed, waiting
+    for the rollback after each."""
+    for victim in victims:
+        until(lambda: handle.checkpoint_stats()["completed"] >= 1, 60, "a checkpoint")
+        _kill_and_wait(handle, victim)
+
+
 def test_an_unanchored_emit_from_a_replaying_spout_fails_the_topology_naming_it(
         cluster, name, tmp_path):
     """A spout that keeps no position emits without msg ids in a topology that checkpoints

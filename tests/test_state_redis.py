@@ -25,7 +25,7 @@ from tests import test_state_providers as contract
 from tests._redis import NO_SERVER, RedisServer, server_binary
 from tests._util import free_port, until
 from tests.components import StatefulWordCount, merged_counts, words
-from tests.test_state import _kill_and_wait
+from tests.test_state import kill_mid_stream
 from topology import ConfigError, IterableSpout, TopologyBuilder
 
 pytestmark = pytest.mark.skipif(server_binary() is None, reason=NO_SERVER)
@@ -370,9 +370,7 @@ def test_stateful_word_count_on_redis_is_exact_after_tasks_are_killed(cluster, n
     provider = RedisProvider(name, handle.prefix, server.config)
     try:
         tasks = handle.topology.component_tasks
-        for victim in (tasks["count"][0], tasks["src"][1]):
-            until(lambda: handle.checkpoint_stats()["completed"] >= 1, 60, "a checkpoint")
-            _kill_and_wait(handle, victim)
+        kill_mid_stream(handle, (tasks["count"][0], tasks["src"][1]))
         assert handle.wait(120), "the topology did not complete"
         assert merged_counts(provider.read_state()["count"]) == collections.Counter(data)
         assert merged_counts(handle.state()["count"]) == collections.Counter(data)

@@ -366,7 +366,10 @@ _KEYS: list[ConfigKey] = [
               "<dir>/<topology>/<submit id>/<component>/. Null: storm-on-ray-state-<uid> in "
               "the system's temp directory (e.g. /tmp/storm-on-ray-state-1000), private to "
               "the user (0700). A directory another user owns or can write into is refused "
-              "(docs/security.md).",
+              "(docs/security.md). A pyarrow.fs URI (s3://bucket/prefix?region=..., gs://, "
+              "hdfs://, file://) keeps them as objects every node reads (Flink's "
+              "state.checkpoints.dir); on a cluster of several nodes a directory that some "
+              "bundle's node does not see is refused at submit (docs/state.md).",
               nullable=True),
     ConfigKey("topology.debug", (bool,), False,
               "No-op (Storm's key and default, accepted so a Storm config does not fail): "

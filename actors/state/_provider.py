@@ -125,6 +125,13 @@ class StateProvider(ABC):
     def task_store(self, component: str, task: int) -> TaskStore:
         """The store of ``task`` of ``component`` (created empty if new)."""
 
+    def task_store_at(self, component: str, task: int, index: int) -> TaskStore:
+        """The store of ``task`` (its global id) of ``component``, ``index`` being its
+        index among the component's tasks: what the runtime calls. A provider that keys
+        its stores by index (so a store's name does not depend on the other components'
+        parallelism) overrides it; the default is :meth:`task_store`."""
+        return self.task_store(component, task)
+
     @abstractmethod
     def checkpoint_log(self) -> CheckpointLog:
         """The coordinator's log."""

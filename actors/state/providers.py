@@ -29,6 +29,7 @@ import os
 from typing import Any
 
 from actors.state._common import StateSnapshot
+from actors.state._fs import is_uri
 from actors.state._memory import MemoryProvider
 from actors.state._provider import StateProvider
 from actors.state._redis import RedisProvider, RedisStateError
@@ -97,7 +98,9 @@ def make_provider(conf: dict, topology_name: str, submit_id: str) -> StateProvid
     """The provider ``conf`` names for one submit of a topology.
 
     ``topology.state.provider``: None or ``"local"`` → :class:`LocalProvider` under
-    ``topology.state.checkpoint.dir`` (None: :func:`default_checkpoint_dir`); ``"memory"``
+    ``topology.state.checkpoint.dir`` (None: :func:`default_checkpoint_dir`), or, when that
+    is a ``pyarrow.fs`` URI (``s3://…``, ``file://…``), the objects under it
+    (:class:`actors.state._objects.ObjectProvider`); ``"memory"``
     → :class:`MemoryProvider`; ``"redis"`` → :class:`RedisProvider` with the config's
     ``host`` (required) or ``url``, ``port``, ``password`` (or ``password_env``,
     ``password_file``), ``username``, ``db``, ``key_prefix``, ``timeout_ms`` and redis-py's
@@ -122,8 +125,12 @@ def make_provider(conf: dict, topology_name: str, submit_id: str) -> StateProvid
                         _CONFIG_KEY, name or "local")
         if name == "memory":
             return MemoryProvider(topology_name, submit_id)
-        return LocalProvider(conf.get("topology.state.checkpoint.dir"), topology_name,
-                             submit_id)
+        directory = conf.get("topology.state.checkpoint.dir")
+        if isinstance(directory, str) and is_uri(directory):
+            from actors.state._objects import ObjectProvider
+
+            return ObjectProvider(directory, topology_name, submit_id)
+        return LocalProvider(directory, topology_name, submit_id)
     if name == "redis":
         return RedisProvider(topology_name, submit_id, config)
     if not isinstance(name, str) or not (":" in name or "." in name):
@@ -149,8 +156,10 @@ def read_committed(conf: dict, topology_name: str, submit_id: str,
         CorruptCheckpoint: the asked checkpoint (or every committed one) fails its check.
     """
     name = conf.get(_PROVIDER_KEY)
-    if name is None or name == "local":
-        directory = conf.get("topology.state.checkpoint.dir") or default_checkpoint_dir()
+    directory = conf.get("topology.state.checkpoint.dir")
+    if (name is None or name == "local") and not (isinstance(directory, str)
+                                                 and is_uri(directory)):
+        directory = directory or default_checkpoint_dir()
         return read_raw(os.path.join(directory, topology_name, submit_id), checkpoint_id)
     if name == "memory":
         raise ValueError(f"topology {topology_name!r}: the memory provider keeps its "

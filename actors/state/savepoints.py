@@ -352,7 +352,7 @@ def seed_provider(provider: StateProvider, savepoint: Savepoint, topology: Storm
             puts = [(INTERNAL_GROUP if k.startswith(INTERNAL_PREFIX)
                      else (kg(decode_key(k)) if kg is not None else 0), k, v)
                     for k, v in entries.items()]
-            store = provider.task_store(component, task)
+            store = provider.task_store_at(component, task, index)
             n = store.prepare(cid, puts, [])
             store.close()
             if n is not None:
