@@ -278,3 +278,51 @@ def test_each_restore_that_cannot_rescale_is_refused_naming_component_and_reason
     sp = _savepoint(tmp_path, old, state)
     with pytest.raises(SavepointError, match=match):
         rescale(sp, new, conf)
+
+
+class _Frame:
+    """A ``DataFrameSpout`` without Spark: its blocks are Arrow tables in memory."""
+
+    @staticmethod
+    def spout(blocks: int, rows: int):
+        import pyarrow as pa
+
+        from connectors.spark.dataframe_spout import DataFrameSpout
+
+        class Local(DataFrameSpout):
+            def __init__(self) -> None:  # (no Spark: the blocks are given)
+                self.columns = self.outputs = ("id",)
+                self._arrow, self._batch_rows, self._msg_ids = False, 1, False
+                self._block_refs = [pa.table({"id": list(range(b * rows, (b + 1) * rows))})
+                                    for b in range(blocks)]
+
+            def _fetch(self, ref):
+                return ref
+
+        return Local()
+
+
+def _frames(n: int, blocks: int, states=None, groups: int = 8):
+    out = []
+    for k in range(n):
+        s = _Frame.spout(blocks, 5)
+        s.open({"topology.max.task.parallelism": groups}, _Context(k, n), _Collector())
+        s.init_state(_DictState(dict(states[k]) if states else {}))
+        out.append(s)
+    return out
+
+
+@pytest.mark.parametrize("blocks", [3, 20])  # (fewer blocks than the 8 splits, and more)
+def test_dataframe_spout_2_to_3_to_1_emits_every_row_once(blocks):
+    from connectors.spark.dataframe_spout import DataFrameSpout
+
+    two = _frames(2, blocks)
+    emitted = _run(two, 3)
+    assert all(s._block >= 0 for s in two)  # (both tasks have blocks, and are inside one)
+    old = _snapshot(two)
+    three = _frames(3, blocks, [DataFrameSpout.redistribute(old, j, 3) for j in range(3)])
+    emitted += _run(three, 4)
+    old = _snapshot(three)
+    one = _frames(1, blocks, [DataFrameSpout.redistribute(old, 0, 1)])
+    emitted += _run(one)
+    assert sorted(emitted) == list(range(blocks * 5))
