@@ -326,3 +326,35 @@ def test_dataframe_spout_2_to_3_to_1_emits_every_row_once(blocks):
     one = _frames(1, blocks, [DataFrameSpout.redistribute(old, 0, 1)])
     emitted += _run(one)
     assert sorted(emitted) == list(range(blocks * 5))
+
+
+class _EventCollector(_Collector):
+    def emit(self, values, stream=None, msg_id=None) -> None:
+        self.out.append(tuple(values[:-1]))  # (the event, without its emit time)
+
+
+@pytest.mark.parametrize("delayed", [False, True])
+def test_nexmark_spout_2_to_3_to_1_emits_every_event_once(delayed):
+    from benchmarks.nexmark import EventStream, GeneratorConfig, NexmarkGenerator, NexmarkSpout
+
+    config = GeneratorConfig(events=2000, prob_delayed_event=0.3 if delayed else 0.0)
+
+    def spouts(n, states=None):
+        out = []
+        for k in range(n):
+            s = NexmarkSpout(config, kinds=("person", "auction", "bid"), burst=1)
+            s.open({"topology.max.task.parallelism": 8}, _Context(k, n), _EventCollector())
+            s.init_state(_DictState(dict(states[k]) if states else {}))
+            out.append(s)
+        return out
+
+    two = spouts(2)
+    emitted = _run(two, 300)
+    old = _snapshot(two)
+    three = spouts(3, [NexmarkSpout.redistribute(old, j, 3) for j in range(3)])
+    emitted += _run(three, 200)
+    old = _snapshot(three)
+    one = spouts(1, [NexmarkSpout.redistribute(old, 0, 1)])
+    emitted += _run(one)
+    everything = [tuple(e) for _, e in EventStream(NexmarkGenerator(config))]
+    assert sorted(emitted, key=repr) == sorted(everything, key=repr)
