@@ -44,14 +44,17 @@ d. ``commit_ratio_1m_vs_1k`` (no Ray): a ``KeyValueState`` of 1M keys and one of
    the base) is timed apart. The two sizes alternate round by round.
 e. ``recovery_s_node_loss``: a Ray node lost under a checkpointed topology on Redis, the
    time until every task runs again (``benchmarks/node_loss.py``; its own cluster).
+f. ``rescale_restore_vs_same`` (no Ray): the restore of a 100k-key savepoint taken at 2
+   tasks, at 4 tasks over at 2 (``benchmarks/rescale.py``, which also runs alone).
 
-    python -m benchmarks.state [--quick] [--parts ratio,windows,checkpoint,commit,nodeloss]
+    python -m benchmarks.state [--quick] [--parts ratio,windows,checkpoint,commit,nodeloss,
+                                              rescale]
 
 Writes benchmarks/results/state.json and benchmarks/results/state.png (checkpoint duration
 per policy, idle and under backpressure); the last line is ``stateful_ratio=...
 persistent_window_ratio=... ckpt_ms_p50=... ckpt_ms_p99=... ckpt_under_bp_ms_p99_<policy>=...
 ckpt_under_bp_vs_storm2_<policy>=... commit_ratio_1m_vs_1k=... stateful_ratio_acking=...
-recovery_s_node_loss=...``
+recovery_s_node_loss=... rescale_restore_vs_same=...``
 (``ckpt_ms_*``: storm2 idle, the default policy).
 """
 
@@ -85,7 +88,7 @@ from topology import (
 )
 
 POLICIES = ("storm2", "watermark", "nak", "debloat")
-PARTS = ("ratio", "windows", "checkpoint", "commit", "nodeloss")
+PARTS = ("ratio", "windows", "checkpoint", "commit", "nodeloss", "rescale")
 #: the receive queues a barrier waits in on the checkpoint path (count, sink)
 QUEUES_ON_PATH = 2
 #: the debloat target's slack on top of the queues' drain time (the issue's bound, s)
@@ -606,12 +609,16 @@ def main() -> None:
                 print(f"commit 1k dirty keys into {n:>9,} keys: p50/p99 "
                       f"{c[str(n)]['commit_ms']['p50']:.2f}/{c[str(n)]['commit_ms']['p99']:.2f}"
                       f" ms, GC p50 {c[str(n)]['gc_ms']['p50']:.2f} ms", flush=True)
+        if "rescale" in parts:
+            from benchmarks.rescale import closing_line, rescale_restore
+            result["rescale"] = rescale_restore(100_000, 1)
+            print(closing_line(result["rescale"]), flush=True)
         if "nodeloss" in parts:  # (a Ray cluster of its own, in another process)
             from benchmarks.node_loss import recovery_runs
             result["node_loss"] = recovery_runs(1)
             print(f"node lost: running again after {result['node_loss']['recovery_s']} s",
                   flush=True)
-        ray_parts = [p for p in parts if p not in ("commit", "nodeloss")]
+        ray_parts = [p for p in parts if p not in ("commit", "nodeloss", "rescale")]
         if ray_parts:
             cluster = LocalCluster(num_cpus=2)
             try:
@@ -680,6 +687,7 @@ def main() -> None:
                    f"{fmt(result.get('stateful_acking_on', {}).get('ratio'))}")
     figures.append("recovery_s_node_loss="
                    f"{fmt(result.get('node_loss', {}).get('recovery_s'), '.2f')}")
+    figures.append(f"rescale_restore_vs_same={fmt(result.get('rescale', {}).get('ratio'))}")
     print(" ".join(figures))
 
 

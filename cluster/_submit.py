@@ -253,10 +253,11 @@ def _start_checkpoints(p: TopologyPlan, name: str, prefix: str, conf: dict, pg,
     topology = p.topology
     if savepoint is not None:  # the tasks and the coordinator start from its checkpoint
         from actors.state import keyed_state
+        from actors.state._rescale import key_groups_for
         from actors.state.savepoints import seed_provider
 
-        seed_provider(provider, savepoint, topology,
-                      lambda c, t: keyed_state(topology, c, t, conf)[0])
+        seed_provider(provider, savepoint, topology, lambda c, t: key_groups_for(
+            savepoint, c, keyed_state(topology, c, t, conf)[0]))
     hosts = p.chain_hosts
     tasks = {t: hosts.get(t, t) for t in p.task_worker}
     return checkpoint_coordinator_class().options(

@@ -14,6 +14,7 @@ from actors.state._rescale import (
     assign_keyed,
     assign_transactions,
     key_group_sources,
+    key_groups_for,
     rescale,
 )
 from actors.state.savepoints import (
@@ -236,7 +237,8 @@ def test_a_savepoint_at_2_tasks_seeded_at_4_gives_each_task_its_key_groups(tmp_p
     sp4 = rescale(sp, new, CONF)
     check_restore(sp4, new, conf=CONF)
     provider = LocalProvider(str(tmp_path / "ckpt"), "t", "s1")
-    cid = seed_provider(provider, sp4, new, lambda c, t: keyed_state(new, c, t, CONF)[0])
+    cid = seed_provider(provider, sp4, new, lambda c, t: key_groups_for(  # (as a submit)
+        sp4, c, keyed_state(new, c, t, CONF)[0]))
     for i, task in enumerate(new.component_tasks["sum"]):
         store = provider.task_store("sum", task)
         got = store.restore(cid, keyed_state(new, "sum", task, CONF)[1])

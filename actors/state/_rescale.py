@@ -29,14 +29,14 @@ parallelism. Pure: no Ray.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from actors._codec import decode_key, decode_value, value_encoder
 from actors.state._internals import INTERNAL_PREFIX
 from actors.state.savepoints import Savepoint, SavepointError
 from topology import StatefulSpout, StormTopology, TwoPhaseCommitSink
-from topology._keygroups import KEY_GROUPS_KEY, key_group_count, key_group_range
+from topology._keygroups import KEY_GROUPS_KEY, key_group_count, key_group_range, operator_index
 
 #: the stored key that records a task as finished (``actors/state/_task.py``'s
 #: ``FINISHED_KEY``, repeated here so this module does not import the task side)
@@ -84,16 +84,14 @@ def assign_keyed(old: dict[int, Entries], new_n: int, groups: int,
         if inner:
             raise ValueError(f"old task {k} keeps {len(inner)} runtime entries (persistent "
                              f"windows or join buffers), which do not split by key group yet")
-    out: dict[int, Entries] = {}
-    old_n = len(old)
-    for j, sources in enumerate(key_group_sources(old_n, new_n, groups)):
-        mine = key_group_range(j, new_n, groups)
-        entries: Entries = {}
-        for k in sources:
-            entries.update((key, v) for key, v in old.get(k, {}).items()
-                           if key != FINISHED and group_of(key) in mine)
-        entries.update(_finished([old.get(k, {}) for k in sources]))
-        out[j] = entries
+    out: dict[int, Entries] = {j: {} for j in range(new_n)}
+    owner = [operator_index(g, new_n, groups) for g in range(groups)]
+    for entries in old.values():  # (each entry's group once: the intersections at once)
+        for key, v in entries.items():
+            if key != FINISHED:
+                out[owner[group_of(key)]][key] = v
+    for j, sources in enumerate(key_group_sources(len(old), new_n, groups)):
+        out[j].update(_finished([old.get(k, {}) for k in sources]))
     return out
 
 
@@ -143,6 +141,26 @@ def assign_spout(cls: type[StatefulSpout], old: dict[int, Entries], old_n: int,
 # -- applied to a savepoint ----------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Rescaled(Savepoint):
+    """A savepoint as if taken at the new task counts (:func:`rescale`), with the key
+    group of each keyed entry it moved (``{component: {state key: group}}``), so the
+    seeding (:func:`key_groups_for`) does not compute them again."""
+
+    key_groups: dict = field(default_factory=dict)
+
+
+def key_groups_for(savepoint: Savepoint, component: str,
+                   key_group: Callable[[Any], int] | None) -> Callable[[Any], int] | None:
+    """``key_group`` (a keyed task's state key → key group function, None for per-task
+    state), answered from the groups :func:`rescale` computed where it has them."""
+    known = (savepoint.key_groups.get(component) if isinstance(savepoint, Rescaled)
+             else None)
+    if key_group is None or not known:
+        return key_group
+    return lambda key: known[key] if key in known else key_group(key)
+
+
 def rescale(savepoint: Savepoint, topology: StormTopology, conf: dict) -> Savepoint:
     """``savepoint`` as if it had been taken at ``topology``'s task counts: the entries of
     each component whose count changed assigned to the new tasks (see the module
@@ -168,6 +186,7 @@ def rescale(savepoint: Savepoint, topology: StormTopology, conf: dict) -> Savepo
                if c in topology.component_tasks and len(topology.component_tasks[c]) != n}
     _check_forward(savepoint, was, now)
     entries, components = dict(savepoint.entries), dict(savepoint.components)
+    key_groups: dict = {}
     for c, (old_n, new_n) in sorted(changed.items()):
         spec = topology.components[c]
 
@@ -190,7 +209,13 @@ def rescale(savepoint: Savepoint, topology: StormTopology, conf: dict) -> Savepo
                 entries[c] = assign_transactions(old, new_n)
             elif c in now["keyed"] and was["keyed"].get(c) == now["keyed"][c]:
                 kg = keyed_state(topology, c, topology.component_tasks[c][0], conf)[0]
-                entries[c] = assign_keyed(old, new_n, groups, lambda k, kg=kg: kg(decode_key(k)))
+                memo = key_groups[c] = {}
+
+                def group_of(stored: bytes, kg=kg, memo=memo) -> int:
+                    key = decode_key(stored)
+                    g = memo[key] = kg(key)
+                    return g
+                entries[c] = assign_keyed(old, new_n, groups, group_of)
             else:
                 refuse("its state is per task, not keyed by a fields grouping (Flink "
                        "refuses non-partitioned state at another parallelism): it cannot "
@@ -203,7 +228,8 @@ def rescale(savepoint: Savepoint, topology: StormTopology, conf: dict) -> Savepo
     if not changed:
         return savepoint
     layout = {**was, "tasks": {**was["tasks"], **{c: n for c, (_, n) in changed.items()}}}
-    return replace(savepoint, entries=entries, components=components, layout=layout)
+    return Rescaled(**{**vars(savepoint), "entries": entries, "components": components,
+                       "layout": layout, "key_groups": key_groups})
 
 
 def _check_forward(savepoint: Savepoint, was: dict, now: dict) -> None:
