@@ -12,8 +12,8 @@ import pytest
 
 from actors.state.savepoints import read_savepoint
 from tests._redis import NO_SERVER, RedisServer, server_binary
-from topology import IterableSpout, ParquetSink, StatefulBolt, TopologyBuilder
 from tests.test_savepoints import _undo_commits
+from topology import IterableSpout, ParquetSink, StatefulBolt, TopologyBuilder
 from topology._keygroups import key_group, operator_index, stable_hash
 
 KEYS, GROUPS = 42, 13  # Flink's RescalingITCase: 42 keys, max parallelism 13 (not 2^k)
@@ -117,8 +117,8 @@ def test_iterable_spout_1_to_3_to_2_and_parquet_sink_2_to_3_emit_and_write_each_
     """Stopped with a savepoint mid-stream with the spout at 1 task and a keyed bolt and
     the sink chained to it at 2, the files of the sink's pending transactions put back in
     staging (the stop between their pre-commit and commit); restored with all three at 3
-    and stopped again; restored with the spout at 2 and run to the end. The dataset holds every id once, and the keyed counts
-    between them equal one count of the items."""
+    and stopped again; restored with the spout at 2 and run to the end. The dataset holds
+    every id once, and the keyed counts between them equal one count of the items."""
     data = [(f"w{i % 11}", i) for i in range(1200)]
     out = str(tmp_path / "out")
     conf = {"topology.acker.executors": 0, "topology.state.checkpoint.interval.ms": 600_000,

@@ -259,6 +259,8 @@ def test_a_savepoint_at_2_tasks_seeded_at_4_gives_each_task_its_key_groups(tmp_p
                    r"topology.max.task.parallelism is 16.*restore with 2"),
     ("forward", r"'src': savepoint has 2 tasks, this topology has 3.*forward.*'src' -> "
                 r"'sum'.*same task count; restore with 2"),
+    ("splits", r"spout 'src': its state has 13 splits, topology.max.task.parallelism is "
+               r"16.*restore with 13"),
 ])
 def test_each_restore_that_cannot_rescale_is_refused_naming_component_and_reason(
         tmp_path, case, match):
@@ -273,6 +275,10 @@ def test_each_restore_that_cannot_rescale_is_refused_naming_component_and_reason
     elif case == "key groups":
         old, new = _topology(2), _topology(3)
         state = {"sum": {0: {}, 1: {}}}
+        conf = {"topology.max.task.parallelism": 16}
+    elif case == "splits":  # (at the same task count too)
+        old, new = _topology(2), _topology(2)
+        state = {"src": {0: {enc("splits"): enc(GROUPS)}}}
         conf = {"topology.max.task.parallelism": 16}
     else:
         old, new = _topology(2, spout_tasks=2, chain=True), _topology(2, spout_tasks=3)

@@ -37,6 +37,7 @@ from actors.state._internals import INTERNAL_PREFIX
 from actors.state.savepoints import Savepoint, SavepointError
 from topology import StatefulSpout, StormTopology, TwoPhaseCommitSink
 from topology._keygroups import KEY_GROUPS_KEY, key_group_count, key_group_range, operator_index
+from topology._splits import SPLITS_KEY
 
 #: the stored key that records a task as finished (``actors/state/_task.py``'s
 #: ``FINISHED_KEY``, repeated here so this module does not import the task side)
@@ -185,6 +186,7 @@ def rescale(savepoint: Savepoint, topology: StormTopology, conf: dict) -> Savepo
                for c, n in savepoint.components.items()
                if c in topology.component_tasks and len(topology.component_tasks[c]) != n}
     _check_forward(savepoint, was, now)
+    _check_splits(savepoint, topology, groups)
     entries, components = dict(savepoint.entries), dict(savepoint.components)
     key_groups: dict = {}
     for c, (old_n, new_n) in sorted(changed.items()):
@@ -230,6 +232,22 @@ def rescale(savepoint: Savepoint, topology: StormTopology, conf: dict) -> Savepo
     layout = {**was, "tasks": {**was["tasks"], **{c: n for c, (_, n) in changed.items()}}}
     return Rescaled(**{**vars(savepoint), "entries": entries, "components": components,
                        "layout": layout, "key_groups": key_groups})
+
+
+def _check_splits(savepoint: Savepoint, topology: StormTopology, groups: int) -> None:
+    """A spout state that records a split count (``topology/_splits.py``) restores only
+    under that many splits (key groups), at any task count."""
+    stored = value_encoder()(SPLITS_KEY)
+    for c, tasks in sorted(savepoint.entries.items()):
+        spec = topology.components.get(c)
+        if spec is None or not spec.is_spout:
+            continue
+        counts = {decode_value(e[stored]) for e in tasks.values() if stored in e}
+        if counts - {groups}:
+            raise SavepointError(
+                f"savepoint {savepoint.path}: spout {c!r}: its state has "
+                f"{sorted(counts)[0]} splits, {KEY_GROUPS_KEY} is {groups}: its items "
+                f"would fall into other splits; restore with {sorted(counts)[0]}")
 
 
 def _check_forward(savepoint: Savepoint, was: dict, now: dict) -> None:

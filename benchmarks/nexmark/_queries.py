@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.nexmark._generator import EventStream, GeneratorConfig, NexmarkGenerator
-from benchmarks.nexmark._splits import SplitEvents
 from benchmarks.nexmark._model import EMIT_TIME, FIELDS, KINDS
 from benchmarks.nexmark._parquet import ParquetTable
+from benchmarks.nexmark._splits import SplitEvents
 from topology import BatchBolt, Bolt, StatefulBolt, StatefulSpout, TopologyBuilder
 from topology._splits import SPLITS_KEY, SplitPositions, redistribute_splits
 
