@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from topology._keygroups import key_group_count, key_group_range
+from topology._state import StatefulSpout
 
 #: the state key of a spout's split count
 SPLITS_KEY = "splits"
@@ -138,3 +139,20 @@ def split_items(items: Any, splits: SplitPositions) -> Iterator[tuple[int, Any]]
         if s in owned and g >= pos[s]:
             pos[s] = g + 1
             yield i, item
+
+
+class SplitSpout(StatefulSpout):
+    """A ``StatefulSpout`` whose state is a :class:`SplitPositions`' (its split count and
+    a position per split): its :meth:`redistribute` hands each new task the positions of
+    the splits it owns. ``IterableSpout``, ``DataFrameSpout`` and the Nexmark spout are
+    ones."""
+
+    @classmethod
+    def redistribute(cls, old: list[dict], index: int, count: int) -> dict:
+        """:func:`redistribute_splits`.
+
+        Raises:
+            ValueError: a state of before splits (it restores only at the same
+                parallelism), or states that do not split (see there).
+        """
+        return redistribute_splits(old, index, count)

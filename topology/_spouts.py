@@ -9,11 +9,10 @@ from typing import Any
 from topology._components import Bolt
 from topology._dead_letters import RetryService
 from topology._errors import TopologyError
-from topology._splits import SPLITS_KEY, SplitPositions, redistribute_splits, split_items
-from topology._state import StatefulSpout
+from topology._splits import SPLITS_KEY, SplitPositions, SplitSpout, split_items
 
 
-class IterableSpout(StatefulSpout):
+class IterableSpout(SplitSpout):
     """Emits the items of a finite iterable, then ends the stream.
 
     Its position (items taken by this task) is its checkpointed state: in a stateful
@@ -25,7 +24,7 @@ class IterableSpout(StatefulSpout):
     and task *k* of *n* emits, in index order, the items of the splits
     ``key_group_range(k, n, S)``, so the tasks together emit each item exactly once; its
     state is its position in each split, so a savepoint restores at another parallelism
-    (:meth:`redistribute`). A state of before splits (``"position"``, from an older
+    (``SplitSpout.redistribute``). A state of before splits (``"position"``, from an older
     savepoint) is read as it was written: items ``k, k+n, ...`` of task *k*, at the same
     parallelism only.
 
@@ -86,17 +85,6 @@ class IterableSpout(StatefulSpout):
         self._it = ((i * n + k, item) for i, item in itertools.islice(
             enumerate(itertools.islice(source, k, None, n)), position, None))
         self.taken = position
-
-    @classmethod
-    def redistribute(cls, old: list[dict], index: int, count: int) -> dict:
-        """Each new task takes the positions of the splits it owns
-        (:func:`~topology._splits.redistribute_splits`).
-
-        Raises:
-            ValueError: a state of before splits (it restores only at the same
-                parallelism).
-        """
-        return redistribute_splits(old, index, count)
 
     def init_state(self, state) -> None:
         """Go on from the positions in ``state`` (the start when empty); a rewind forgets

@@ -42,7 +42,7 @@ from benchmarks.nexmark._model import EMIT_TIME, FIELDS, KINDS
 from benchmarks.nexmark._parquet import ParquetTable
 from benchmarks.nexmark._splits import SplitEvents
 from topology import BatchBolt, Bolt, StatefulBolt, StatefulSpout, TopologyBuilder
-from topology._splits import SPLITS_KEY, SplitPositions, redistribute_splits
+from topology._splits import SPLITS_KEY, SplitPositions, SplitSpout
 
 #: the result's columns and their Arrow types, in order, per query
 RESULT_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -101,7 +101,7 @@ class EventSpout(StatefulSpout):
         return self.taken
 
 
-class NexmarkSpout(EventSpout):
+class NexmarkSpout(EventSpout, SplitSpout):
     """Generates the Nexmark events in its tasks and emits them on the streams ``person``,
     ``auction`` and ``bid`` (the event's fields, then ``emitTime``: the wall-clock emit
     time, epoch ms, float).
@@ -115,7 +115,7 @@ class NexmarkSpout(EventSpout):
 
     Its position (per split: ids taken, delayed events held) is its checkpointed state,
     so a rollback rewinds it (a ``StatefulSpout``), and a savepoint restores at another
-    parallelism (:meth:`redistribute`).
+    parallelism (``SplitSpout.redistribute``).
 
     Args:
         config: the events.
@@ -153,12 +153,6 @@ class NexmarkSpout(EventSpout):
                                else None)
         self._exhausted = False
         self.taken = 0  # events out of this task (progress)
-
-    @classmethod
-    def redistribute(cls, old: list[dict], index: int, count: int) -> dict:
-        """Each new task takes its splits' positions (``redistribute_splits``; a state
-        of before splits raises ValueError: it restores at the same parallelism only)."""
-        return redistribute_splits(old, index, count)
 
     def init_state(self, state) -> None:
         """Go on from the positions in ``state``, per split ``(ids taken, delayed ids

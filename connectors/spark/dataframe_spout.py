@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from connectors.spark.arrow_rows import arrow_rows
-from topology import RetryService, StatefulSpout, TopologyError
-from topology._splits import SPLITS_KEY, SplitPositions, redistribute_splits
+from topology import RetryService, TopologyError
+from topology._splits import SPLITS_KEY, SplitPositions, SplitSpout
 
 #: A DataFrameSpout's flush interval (ms): see DataFrameSpout.get_component_configuration
 FLUSH_INTERVAL_MS = 10
@@ -49,15 +49,16 @@ def raydp_internals_quiet() -> Iterator[None]:
         ray_logger.removeFilter(drop)
 
 
-class DataFrameSpout(StatefulSpout):
+class DataFrameSpout(SplitSpout):
     """Emits the rows of a Spark DataFrame as tuples whose fields are its column names.
 
     Its position is its checkpointed state: in a stateful topology a rollback rewinds it
     there. The frame's blocks are divided into splits (``topology/_splits.py``): block
     ``b`` is in split ``b % S`` (``S``: ``topology.max.task.parallelism``, 128 when
     unset; with fewer than ``S`` blocks, split ``b * S // B`` of ``B``, so that few blocks
-    spread over the tasks), and the state holds, per split, the blocks done and the items emitted of the
-    next, so a savepoint restores at another parallelism (:meth:`redistribute`).
+    spread over the tasks), and the state holds, per split, the blocks done and the items
+    emitted of the next, so a savepoint restores at another parallelism
+    (``SplitSpout.redistribute``).
 
     On the driver, the constructor hands the frame to RayDP (``spark_dataframe_to_ray_dataset``,
     what ``ray.data.from_spark`` calls), which
@@ -185,17 +186,6 @@ class DataFrameSpout(StatefulSpout):
         the splits, and so over the tasks, instead of all falling to the first task's."""
         S, B = self._splits.count, len(self._block_refs)
         return (block % S, block // S) if B >= S else (block * S // B, 0)
-
-    @classmethod
-    def redistribute(cls, old: list[dict], index: int, count: int) -> dict:
-        """Each new task takes the positions of the splits (of blocks) it owns
-        (:func:`~topology._splits.redistribute_splits`).
-
-        Raises:
-            ValueError: a state of before splits (it restores only at the same
-                parallelism).
-        """
-        return redistribute_splits(old, index, count)
 
     def init_state(self, state) -> None:
         """Go on from the positions in ``state``, per split: ``(blocks done, items
