@@ -7,7 +7,8 @@
     storm-on-ray submit SCRIPT --restore PATH [args...]  # its topologies start from a savepoint
     storm-on-ray kill NAME [--wait SECS] [--drain | --savepoint PATH]
     storm-on-ray savepoint NAME PATH                   # a savepoint of a running topology
-    storm-on-ray state PATH [--checkpoint N] [--json]   # checkpointed state, offline
+    storm-on-ray state PATH [--checkpoint N] [--json]   # checkpointed state, offline:
+        # a local checkpoint dir, a savepoint (path or URI), or --redis HOST:PORT PATH
 
 ``--address`` names the cluster: a GCS address (``host:6379``) or ``auto`` for ``list``,
 ``stats``, ``activate``, ``deactivate`` and ``kill``; the dashboard's job address
@@ -121,7 +122,9 @@ def _control(args) -> int:
     if args.command == "kill":
         if args.savepoint:
             handle.kill(wait_secs=args.wait or 0, savepoint=args.savepoint)
-            print(f"savepoint: {args.name} → {os.path.abspath(args.savepoint)}")
+            where = args.savepoint if "://" in args.savepoint else os.path.abspath(
+                args.savepoint)
+            print(f"savepoint: {args.name} → {where}")
         elif args.drain:
             done = handle.drain(args.wait)
             if not done:
@@ -154,17 +157,55 @@ def _submit(args) -> int:
     return subprocess.call(cmd)
 
 
-def _state(args) -> int:
-    """Print the checkpointed state under a submit's (or a component's) directory; no Ray."""
-    import json
+def _read_any_state(args) -> tuple[dict, int | None, str]:
+    """``({component: {task: {key: value}}}, checkpoint id, where)`` of what ``args``
+    names: a Redis-backed submit (``--redis HOST:PORT``, PATH ``TOPOLOGY/SUBMIT_ID``), a
+    savepoint (a URI, or a directory holding ``metadata.json``; tasks by index), or a
+    local submit's (or component's) checkpoint directory."""
     from urllib.parse import unquote
 
-    from actors.state._provider import CorruptCheckpoint
-    from actors.state.providers import LOG_FILE, read_state
+    from actors.state._common import StateSnapshot, decoded
+    from actors.state._fs import is_uri
+    from actors.state.providers import LOG_FILE, RedisProvider, read_state
+    from actors.state.savepoints import METADATA, read_savepoint
 
-    try:  # FrameError (an undecodable entry) is a ValueError
-        state = read_state(args.path, args.checkpoint)
-    except (OSError, ValueError, CorruptCheckpoint) as e:
+    if args.redis:
+        host, sep, port = args.redis.rpartition(":")
+        topology, _, submit = args.path.strip("/").partition("/")
+        if not sep or not port.isdigit() or not topology or not submit:
+            raise ValueError(f"--redis {args.redis!r} with PATH {args.path!r}: give "
+                             f"--redis HOST:PORT and PATH TOPOLOGY/SUBMIT_ID")
+        p = RedisProvider(topology, submit, {"host": host, "port": int(port)})
+        try:
+            state = p.read_state(args.checkpoint)
+        finally:
+            p.close()
+        return state, state.checkpoint_id, f"redis {p.address} {p.root}"
+    if is_uri(args.path) or os.path.isfile(os.path.join(args.path, METADATA)):
+        sp = read_savepoint(args.path)
+        if args.checkpoint not in (None, sp.checkpoint_id):
+            raise ValueError(f"savepoint {sp.path} holds checkpoint {sp.checkpoint_id} only")
+        raw = StateSnapshot(sp.entries)
+        raw.checkpoint_id = sp.checkpoint_id
+        return decoded(raw), sp.checkpoint_id, f"savepoint {sp.path}"
+    state = read_state(args.path, args.checkpoint)
+    path = os.path.abspath(args.path)
+    components = state if os.path.isfile(os.path.join(path, LOG_FILE)) else {
+        unquote(os.path.basename(path)): state}
+    return components, state.checkpoint_id, path
+
+
+def _state(args) -> int:
+    """Print checkpointed state: a local submit's (or component's) directory, a savepoint
+    at a path or URI, or a Redis-backed submit; no Ray."""
+    import json
+
+    from actors.state._provider import CorruptCheckpoint
+    from actors.state.providers import RedisStateError
+
+    try:  # FrameError (an undecodable entry), SavepointError, ConfigError are ValueErrors
+        components, checkpoint_id, where = _read_any_state(args)
+    except (OSError, ValueError, CorruptCheckpoint, RedisStateError) as e:
         print(f"storm-on-ray: {e}", file=sys.stderr)
         return 1
 
@@ -180,13 +221,11 @@ def _state(args) -> int:
             if v is None or isinstance(v, (str, int, float, bool)):
                 return v
             return v.isoformat() if hasattr(v, "isoformat") else str(v)
-        print(json.dumps({"checkpoint": state.checkpoint_id, "state": plain(state)}, indent=2))
+        print(json.dumps({"checkpoint": checkpoint_id, "state": plain(components)},
+                         indent=2))
         return 0
-    path = os.path.abspath(args.path)
-    components = state if os.path.isfile(os.path.join(path, LOG_FILE)) else {
-        unquote(os.path.basename(path)): state}
-    ckpt = "none committed" if state.checkpoint_id is None else state.checkpoint_id
-    print(f"checkpoint {ckpt}: {path}")
+    ckpt = "none committed" if checkpoint_id is None else checkpoint_id
+    print(f"checkpoint {ckpt}: {where}")
     for component, tasks in components.items():
         for task, entries in tasks.items():
             print(f"{component} task {task}: {len(entries)} keys")
@@ -233,7 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="a new or empty directory")
     p = sub.add_parser("state", help="print checkpointed state (no cluster needed)")
     p.add_argument("path", help="<topology.state.checkpoint.dir>/<topology>/<submit id>, or "
-                                "a component's directory in it")
+                                "a component's directory in it; a savepoint's path or "
+                                "URI; with --redis, <topology>/<submit id>")
+    p.add_argument("--redis", default=None, metavar="HOST:PORT",
+                   help="read a submit of the redis provider (default key prefix, db 0, "
+                        "no password) from this server")
     p.add_argument("--checkpoint", type=int, default=None, metavar="N",
                    help="this checkpoint instead of the last committed one")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -86,33 +86,30 @@ class TopologyHandle:
             return None
         return os.path.join(d, self.name, self.prefix)
 
+    def _read_raw(self, checkpoint_id: int | None = None):
+        """The committed state as stored (``providers.read_committed``); ValueError: a
+        topology without state, or a provider that cannot be read."""
+        if self.prefix is None or self._checkpoint_coordinator() is None:
+            raise ValueError(f"topology {self.name!r} keeps no checkpoints (no stateful "
+                             f"component)")
+        from actors.state.providers import read_committed
+
+        return read_committed(dict(self.conf or {}), self.name, self.prefix, checkpoint_id)
+
     def state(self, checkpoint_id: int | None = None) -> dict:
         """The checkpointed state as of the last committed checkpoint (or
-        ``checkpoint_id``): ``{component: {task: {key: value}}}``, read from the local
-        provider's files (``read_state``; this machine's) or from Redis, never from the
-        running tasks. Blocks for the reads.
+        ``checkpoint_id``): ``{component: {task: {key: value}}}``, read from the
+        provider (the local provider's files on this machine, Redis, or a provider of
+        the user's that implements ``StateProvider.read_raw``), never from the running
+        tasks. Blocks for the reads.
 
         Raises:
-            ValueError: a topology without state, or a provider other than ``local`` or
-                ``redis``.
+            ValueError: a topology without state, the ``memory`` provider, or a provider
+                without ``read_raw``.
         """
-        provider = (self.conf or {}).get("topology.state.provider")
-        if provider == "redis" and self._checkpoint_coordinator() is not None:
-            from actors.state.providers import make_provider
+        from actors.state._common import decoded
 
-            p = make_provider(dict(self.conf), self.name, self.prefix)
-            try:
-                return p.read_state(checkpoint_id)
-            finally:
-                p.close()
-        path = self.checkpoint_path
-        if path is None or provider not in (None, "local"):
-            raise ValueError(f"topology {self.name!r} keeps no checkpoints this can read "
-                             f"(no stateful component, or topology.state.provider is "
-                             f"neither local nor redis)")
-        from actors.state.providers import read_state
-
-        return read_state(path, checkpoint_id)
+        return decoded(self._read_raw(checkpoint_id))
 
     def checkpoint_stats(self) -> dict | None:
         """The checkpoint coordinator's figures (None for a topology without state):
@@ -149,34 +146,41 @@ class TopologyHandle:
         """Take a checkpoint now and copy it, once committed, to ``path``, a directory
         that outlives the topology (Flink's savepoint): every task's state, spout
         positions, persistent windows and sinks' pending commits, with a
-        ``metadata.json`` and a ``_COMMITTED`` marker written last. Start a topology from
-        it with ``submit_topology(..., restore_from=path)``. Blocks until written.
+        ``metadata.json`` and a ``_COMMITTED`` marker written last; from any provider
+        with ``StateProvider.read_raw`` (local, Redis), restored into any with
+        ``submit_topology(..., restore_from=path)``. Blocks until written.
 
         Args:
-            path: a directory that does not exist or is empty.
+            path: a local directory that does not exist or is empty, or a ``pyarrow.fs``
+                URI of one (``s3://bucket/sp``, ``gs://…``, ``hdfs://…``, ``file://…``;
+                credentials in the environment, not in the URI).
             timeout: seconds to wait for the checkpoint to commit.
 
         Returns:
-            The savepoint's absolute path.
+            The savepoint's absolute path, or its URI.
 
         Raises:
-            SavepointError: ``path`` exists and is not an empty directory.
-            TopologyError: the topology keeps no state, its provider is not ``local``,
-                or no checkpoint committed within ``timeout`` s.
+            SavepointError: ``path`` exists and is not an empty directory, cannot be
+                reached or written, or is a URI pyarrow does not know or that carries
+                credentials (named with credentials masked).
+            TopologyError: the topology keeps no state, its provider cannot be read
+                (``memory``, or a provider without ``read_raw``), or no checkpoint
+                committed within ``timeout`` s.
         """
-        from actors.state.providers import read_raw
         from actors.state.savepoints import check_target, describe, write_savepoint
 
         check_target(path)
-        root = self.checkpoint_path
-        if root is None or self.conf.get("topology.state.provider") not in (None, "local"):
-            raise TopologyError(f"topology {self.name!r}: savepoints copy the local "
-                                f"provider's checkpoints, and this topology keeps none")
+        if (self.conf or {}).get("topology.state.provider") == "memory":
+            raise TopologyError(f"topology {self.name!r}: the memory provider's checkpoints "
+                                f"cannot be copied to a savepoint; use local or redis")
         # (a topology that completed, or whose final checkpoint committed, holds all)
         if not self.wait(0) and not self._await_checkpoint(timeout):
             raise TopologyError(f"topology {self.name!r}: no checkpoint committed within "
                                 f"{timeout:g} s, so no savepoint was taken")
-        state = read_raw(root)  # the last committed (it holds what came before the call)
+        try:  # the last committed (it holds what came before the call)
+            state = self._read_raw()
+        except ValueError as e:
+            raise TopologyError(str(e)) from None
         return write_savepoint(path, self.name, state.checkpoint_id, dict(state),
                                {c: list(t) for c, t in
                                 self.topology.component_tasks.items()},

@@ -171,7 +171,7 @@ def _commit(store, log_, cid: int) -> None:
 
 def test_a_read_racing_two_commits_reads_the_checkpoint_it_pinned(tmp_path, monkeypatch):
     from actors._codec import encode_value
-    from actors.state import providers
+    from actors.state import _sqlite_reader as providers
 
     p = LocalProvider(str(tmp_path), "t", "s")
     store, log_ = p.task_store("count", 1), p.checkpoint_log()

@@ -1,12 +1,14 @@
 """Checkpointed state: the checkpoint coordinator, barrier alignment and the state
 providers (Flink's checkpointing protocol behind Storm's state API).
 
-Pure modules (no Ray at import): ``_provider`` (the provider interfaces), ``_memory`` and
-``_sqlite`` (the memory and local providers), ``providers`` (the choice among them and the
-offline reader), ``_coordinator`` (the round state machine), ``_coordinator_actor`` (its
-actor, made on first use), ``_machine`` (a task's side as a pure machine), ``_task``
-(its steps performed), ``_loop`` (what the executor loops call), ``_plan`` (which tasks
-take part).
+Pure modules (no Ray at import): ``_provider`` (the provider interfaces), ``_common``
+(what the backends share: entries, CRC, version checks, base + delta), ``_memory``,
+``_sqlite`` (with ``_sqlite_format`` and the offline ``_sqlite_reader``) and ``_redis`` (the
+memory, local and Redis providers), ``providers`` (the choice among them), ``_fs`` (a path
+or ``pyarrow.fs`` URI resolved once), ``savepoints``, ``_coordinator`` (the round state
+machine), ``_coordinator_actor`` (its actor, made on first use), ``_machine`` (a task's
+side as a pure machine), ``_task`` (its steps performed), ``_loop`` (what the executor
+loops call), ``_plan`` (which tasks take part).
 """
 
 from actors.state._coordinator import CoordinatorCore

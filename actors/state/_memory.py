@@ -7,16 +7,22 @@ from __future__ import annotations
 
 import threading
 
+from actors.state._common import (
+    KEEP_COMMITTED,
+    StateSnapshot,
+    changes,
+    check_not_collected,
+    check_phase,
+    in_groups,
+)
 from actors.state._manifest import check_manifest
 from actors.state._provider import (
     COMMIT_PHASES,
     COMMITTED,
     CheckpointLog,
-    CorruptCheckpoint,
     StateProvider,
     TaskStore,
 )
-from actors.state._sqlite import _KEEP_COMMITTED, _changes, _check_phase, _in_groups
 
 
 class _MemoryTaskStore(TaskStore):
@@ -30,7 +36,7 @@ class _MemoryTaskStore(TaskStore):
 
     def prepare(self, checkpoint_id: int, puts: list[tuple[int, bytes, bytes]],
                 deletes: list[tuple[int, bytes]]) -> None:
-        entries = _changes(puts, deletes)
+        entries = changes(puts, deletes)
         with self._lock:
             self._drop_version(checkpoint_id)
             keys = self._by_ver[checkpoint_id] = set()
@@ -52,22 +58,30 @@ class _MemoryTaskStore(TaskStore):
             if not versions:
                 del self._rows[key]
 
+    def state_at(self, checkpoint_id: int) -> dict[bytes, bytes]:
+        """Every entry as of ``checkpoint_id``, changing nothing."""
+        with self._lock:
+            check_not_collected("memory", checkpoint_id, self._collected)
+            out = {}
+            for key, versions in self._rows.items():
+                below = [v for v in versions if v <= checkpoint_id]
+                if below and versions[max(below)][1] is not None:
+                    out[key] = versions[max(below)][1]
+            return out
+
     def restore(self, checkpoint_id: int | None,
                 groups: range | None = None) -> dict[bytes, bytes]:
         with self._lock:
             if checkpoint_id is None:
                 self._rows, self._by_ver, self._collected = {}, {}, 0
                 return {}
-            if checkpoint_id < self._collected:
-                raise CorruptCheckpoint("memory", checkpoint_id,
-                                        f"collected: only checkpoints >= {self._collected} "
-                                        f"can be restored")
+            check_not_collected("memory", checkpoint_id, self._collected)
             for ver in [v for v in self._by_ver if v > checkpoint_id]:
                 self._drop_version(ver)
             out = {}
             for key, versions in self._rows.items():
                 grp, value = versions[max(versions)]
-                if value is not None and _in_groups(grp, groups):
+                if value is not None and in_groups(grp, groups):
                     out[key] = value
             return out
 
@@ -105,11 +119,11 @@ class _MemoryLog(CheckpointLog):
             return self._phase, self._id, list(self._committed)
 
     def record(self, phase: str, checkpoint_id: int, manifest: dict | None = None) -> None:
-        _check_phase(phase)
+        check_phase(phase)
         with self._lock:
             self._phase, self._id = phase, checkpoint_id
             if phase in COMMIT_PHASES and checkpoint_id not in self._committed:
-                self._committed = sorted([*self._committed, checkpoint_id])[-_KEEP_COMMITTED:]
+                self._committed = sorted([*self._committed, checkpoint_id])[-KEEP_COMMITTED:]
             if phase in COMMIT_PHASES and manifest is not None:
                 self._manifests[checkpoint_id] = dict(manifest)
             self._manifests = {c: m for c, m in self._manifests.items()
@@ -152,6 +166,22 @@ class MemoryProvider(StateProvider):
         with self._lock:
             self._stores.clear()
             self._log = _MemoryLog()
+
+    def read_raw(self, checkpoint_id: int | None = None) -> StateSnapshot:
+        """See :meth:`StateProvider.read_raw`: every store of this provider object (only
+        the process holding it sees them), as of ``checkpoint_id`` or the last committed
+        one; no fallback (memory holds no damaged checkpoint)."""
+        committed = self._log.load()[2]
+        cid = checkpoint_id if checkpoint_id is not None else (
+            committed[-1] if committed else None)
+        with self._lock:
+            stores = sorted(self._stores.items())
+        state: dict = {}
+        for (component, task), store in stores:
+            state.setdefault(component, {})[task] = {} if cid is None else store.state_at(cid)
+        snapshot = StateSnapshot(state)
+        snapshot.checkpoint_id = cid
+        return snapshot
 
     def close(self) -> None:
         """Nothing to release."""

@@ -132,3 +132,27 @@ class StateProvider(ABC):
     @abstractmethod
     def delete(self) -> None:
         """Delete everything this submit stored (``kill``)."""
+
+    def close(self) -> None:  # noqa: B027 (optional hook)
+        """Release files and connections (the data stays). The default has none."""
+
+    def read_raw(self, checkpoint_id: int | None = None) -> dict:
+        """This submit's committed state as stored, changing nothing (a running topology
+        may go on writing): ``{component: {task: {key bytes: value bytes}}}``, the
+        runtime's own entries (persistent windows, sinks' transactions) included, as of
+        ``checkpoint_id`` or of the last committed checkpoint (falling back to the one
+        before when that fails its check). What a savepoint copies, so a provider that
+        implements it can be saved from, whatever provider it is restored into (every
+        provider can be restored into: a restore only calls :meth:`task_store` and
+        :meth:`checkpoint_log`). Returns an ``actors.state._common.StateSnapshot`` (a
+        dict with ``checkpoint_id``: the id read, None when none committed). Blocks
+        for the reads.
+
+        Raises:
+            NotImplementedError: the provider cannot be read this way (the default).
+            CorruptCheckpoint: the asked checkpoint (or every committed one) fails its
+                check.
+        """
+        raise NotImplementedError(f"{type(self).__qualname__} does not implement "
+                                  f"StateProvider.read_raw, so its checkpoints cannot be "
+                                  f"saved (savepoints) or read offline")

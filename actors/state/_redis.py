@@ -43,6 +43,18 @@ import threading
 from collections.abc import Iterable
 from urllib.parse import quote, unquote
 
+from actors.state._common import (
+    KEEP_COMMITTED,
+    StateSnapshot,
+    apply_delta,
+    changes,
+    check_not_collected,
+    check_phase,
+    check_version,
+    decoded,
+    entries_crc,
+    in_groups,
+)
 from actors.state._manifest import check_manifest, manifest_of, manifest_text
 from actors.state._pins import (
     lowest_pin_redis,
@@ -60,13 +72,6 @@ from actors.state._provider import (
     TaskStore,
 )
 from actors.state._redis_client import RedisConfig, RedisStateError, _Client
-from actors.state._sqlite import (
-    _KEEP_COMMITTED,
-    _changes,
-    _check_phase,
-    _entries_crc,
-    _in_groups,
-)
 
 __all__ = ["RedisConfig", "RedisProvider", "RedisStateError"]
 
@@ -78,9 +83,6 @@ _ENTRY_HEAD = struct.Struct(">qB")  # key group, 1 put / 0 delete; then the valu
 #: fields per HSET/HDEL command inside one transaction (one command's arguments are built
 #: in one buffer by client and server alike; a large delta goes as several commands)
 _CHUNK = 4096
-#: the key groups of user state (the runtime's own entries, such as a persistent window's,
-#: are stored under negative groups): what :meth:`RedisProvider.read_state` shows
-_USER_GROUPS = range(0, 1 << 63)
 #: SCAN's COUNT hint when deleting a submit's keys
 _SCAN_COUNT = 1000
 def _q(name: str) -> str:
@@ -113,7 +115,7 @@ def _encode_entry(grp: int, value: bytes | None) -> bytes:
 
 
 def _record(entries: list[tuple[bytes, int, bytes | None]]) -> bytes:
-    n, crc = _entries_crc(entries)
+    n, crc = entries_crc(entries)
     return f"{n} {crc}".encode()
 
 
@@ -186,7 +188,7 @@ class _RedisTaskStore(TaskStore):
                 would be a wrong state).
             RedisStateError: a Redis command failed (nothing of the checkpoint is written).
         """
-        entries = _changes(puts, deletes)
+        entries = changes(puts, deletes)
         k = self.keys
         with self._lock:
             def check(pipe) -> None:
@@ -242,40 +244,31 @@ class _RedisTaskStore(TaskStore):
         """``CorruptCheckpoint`` unless ``entries`` match ``record`` (count, CRC-32); a
         version with neither wrote nothing here."""
         where = self.keys.delta(ver)
-        if record is None:
-            if entries:
-                raise CorruptCheckpoint(where, ver,
-                                        f"{len(entries)} entries without the checkpoint's "
-                                        f"record in {self.keys.versions}")
-            return
-        try:
-            want_n, want_crc = (int(x) for x in record.split())
-        except ValueError:
-            raise CorruptCheckpoint(where, ver, f"its record {record!r:.60} in "
-                                                f"{self.keys.versions} is unreadable") from None
-        n, crc = _entries_crc(entries)
-        if n != want_n:
-            raise CorruptCheckpoint(where, ver, f"{n} entries where {want_n} were written")
-        if crc != want_crc:
-            raise CorruptCheckpoint(where, ver, f"CRC-32 {crc:08x} of its entries, "
-                                                f"{want_crc:08x} written")
+        want = None
+        if record is not None:
+            try:
+                want = tuple(int(x) for x in record.split())
+                if len(want) != 2:
+                    raise ValueError(record)
+            except ValueError:
+                raise CorruptCheckpoint(where, ver, f"its record {record!r:.60} in "
+                                                    f"{self.keys.versions} is unreadable"
+                                        ) from None
+        check_version(where, ver, entries_crc(entries), want, self.keys.versions)
 
     def _state_at(self, checkpoint_id: int, meta: _Meta,
                   groups: range | None) -> dict[bytes, bytes]:
         """The ``base`` hashes of ``groups``, then the deltas in ``(base, checkpoint_id]``
         in version order (each checked; ``checkpoint_id``'s own even at the base), read
         in one transaction and changing nothing."""
-        if meta.base is not None and checkpoint_id < meta.base:
-            raise CorruptCheckpoint(self.name, checkpoint_id,
-                                    f"collected: only checkpoints >= {meta.base} can be "
-                                    f"restored")
+        check_not_collected(self.name, checkpoint_id, meta.base)
         low = meta.base
         vers = sorted(v for v in meta.versions
                       if (low is None or v > low) and v <= checkpoint_id)
         if checkpoint_id not in vers:
             vers.append(checkpoint_id)  # (checked though folded into the base, or absent)
             vers.sort()
-        grps = [g for g in meta.groups if _in_groups(g, groups)]
+        grps = [g for g in meta.groups if in_groups(g, groups)]
         k = self.keys
 
         def build(pipe) -> None:
@@ -292,11 +285,7 @@ class _RedisTaskStore(TaskStore):
             self._check(v, entries, meta.versions.get(v))
             if low is not None and v <= low:
                 continue  # (the base's own checkpoint: checked, already in the base)
-            for key, grp, value in entries:
-                if value is None or not _in_groups(grp, groups):
-                    out.pop(key, None)
-                else:
-                    out[key] = value
+            apply_delta(out, entries, groups)
         return out
 
     def restore(self, checkpoint_id: int | None,
@@ -418,7 +407,7 @@ class _RedisLog(CheckpointLog):
             pipe.zrange(self.committed_key, 0, -1)
         row, ids = self._client.transaction(build, "load of the checkpoint log")
         committed = sorted(int(i) for i in ids)
-        self._kept = committed[-_KEEP_COMMITTED:]
+        self._kept = committed[-KEEP_COMMITTED:]
         if not row:
             return COMMITTED, 0, committed
         return row[b"phase"].decode(), int(row[b"ckpt"]), committed
@@ -431,7 +420,7 @@ class _RedisLog(CheckpointLog):
             ValueError: an unknown phase.
             RedisStateError: a Redis command failed (nothing is recorded).
         """
-        _check_phase(phase)
+        check_phase(phase)
 
         commit = phase in COMMIT_PHASES
         stale = [str(c) for c in self._kept[:-1]] if commit else []
@@ -440,7 +429,7 @@ class _RedisLog(CheckpointLog):
             pipe.hset(self.round_key, mapping={"phase": phase, "ckpt": str(checkpoint_id)})
             if commit:
                 pipe.zadd(self.committed_key, {str(checkpoint_id): checkpoint_id})
-                pipe.zremrangebyrank(self.committed_key, 0, -_KEEP_COMMITTED - 1)
+                pipe.zremrangebyrank(self.committed_key, 0, -KEEP_COMMITTED - 1)
                 if manifest is not None:
                     pipe.hset(self.manifest_key, str(checkpoint_id), manifest_text(manifest))
                 if stale:
@@ -544,23 +533,31 @@ class RedisProvider(StateProvider):
         """Close the connections (the data stays)."""
         self._client.close()
 
-    def read_state(self, checkpoint_id: int | None = None):
+    def read_state(self, checkpoint_id: int | None = None) -> StateSnapshot:
         """The checkpointed state of this submit, decoded, changing nothing:
         ``{component: {task: {key: value}}}`` as :func:`~actors.state.providers.read_state`
         gives it for the local provider (a ``StateSnapshot``, with the ``checkpoint_id``
         it shows), as of ``checkpoint_id`` or of the last committed checkpoint (falling
         back to the one before when that fails its check, with a warning). Every task that
-        opened its store appears, with its user state only (key groups >= 0). Blocks for
-        the reads.
+        opened its store appears, with its user state only. Blocks for the reads.
 
         Raises:
             CorruptCheckpoint: the asked checkpoint (or every committed one) fails its
                 check.
             RedisStateError: a Redis command failed.
         """
-        from actors._codec import decode_key, decode_value
-        from actors.state.providers import StateSnapshot
+        return decoded(self.read_raw(checkpoint_id))
 
+    def read_raw(self, checkpoint_id: int | None = None) -> StateSnapshot:
+        """See :meth:`StateProvider.read_raw`: every task that opened its store, every
+        key group (the runtime's own entries too), read in one transaction per task with
+        the checkpoint pinned meanwhile (so a running topology's collection keeps it).
+
+        Raises:
+            CorruptCheckpoint: the asked checkpoint (or every committed one) fails its
+                check.
+            RedisStateError: a Redis command failed.
+        """
         registry = self.root + "tasks"
         members = self._client.call("SMEMBERS " + registry,
                                     lambda: self._client.redis.smembers(registry))
@@ -579,8 +576,7 @@ class RedisProvider(StateProvider):
                 out[comp] = {}
                 for t in sorted(ts):
                     store = _RedisTaskStore(client, root, comp, t)
-                    raw = store._state_at(ckpt, store._meta("read_state"), _USER_GROUPS)
-                    out[comp][t] = {decode_key(k): decode_value(v) for k, v in raw.items()}
+                    out[comp][t] = store._state_at(ckpt, store._meta("read_raw"), None)
             return out
         state, used = read_newest_whole(
             candidates, read, lambda: pin is not None and unpin_redis(client, root, pin))

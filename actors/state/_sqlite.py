@@ -1,9 +1,9 @@
 """The local state provider (``topology.state.provider: "local"``, the default):
-:class:`LocalProvider`, its SQLite task stores and checkpoint log, the checks of its
-directory (:class:`StateDirError`), the schema and the per-checkpoint CRC-32. Import the
-public names from :mod:`actors.state.providers`, whose offline reader reads these databases
-with this module's checks; :mod:`actors.state._memory` shares the helpers on a checkpoint's
-entries, key groups and phases. This module does not import Ray.
+:class:`LocalProvider`, its SQLite task stores and checkpoint log. The on-disk format (the
+schema, the checks of a directory and of a checkpoint) is in
+:mod:`actors.state._sqlite_format`, the offline reader in :mod:`actors.state._sqlite_reader`,
+the rules every backend shares in :mod:`actors.state._common`. Import the public names from
+:mod:`actors.state.providers`. This module does not import Ray.
 
 Layout, one directory per submit of a topology::
 
@@ -31,239 +31,46 @@ import contextlib
 import os
 import shutil
 import sqlite3
-import struct
 import sys
 import tempfile
 import threading
 import uuid
-import zlib
-from collections.abc import Iterable
 from typing import Any
-from urllib.parse import quote, unquote
 
+from actors.state._common import (
+    KEEP_COMMITTED,
+    StateSnapshot,
+    changes,
+    check_phase,
+    entries_crc,
+)
 from actors.state._manifest import check_manifest, manifest_of, manifest_text
 from actors.state._pins import lowest_pin_local
 from actors.state._provider import (
     COMMIT_PHASES,
-    COMMITTED,
-    COMMITTING,
-    FINAL,
-    PREPARING,
     CheckpointLog,
     CorruptCheckpoint,
     MissingState,
     StateProvider,
     TaskStore,
 )
-
-#: the file in ``<dir>/<topology>/`` that names the topology the directory belongs to
-MARKER = ".storm-on-ray-topology"
-#: the coordinator's log, in a submit's directory
-LOG_FILE = "_checkpoints.db"
-#: how long a writer waits for another connection's lock on the same database (seconds)
-BUSY_TIMEOUT_S = 30.0
-#: the schema version of the local provider's databases (``PRAGMA user_version``); 2: task
-#: databases in base + delta (1, rows keyed ``(key, version)``, is refused)
-SCHEMA_VERSION = 2
-
-_PHASES = (COMMITTED, PREPARING, COMMITTING, FINAL)
-#: how many committed ids the log keeps (the last, and the one before to fall back to)
-_KEEP_COMMITTED = 2
-_ENTRY = struct.Struct(">qqq")  # key group, key length, value length (-1: a delete)
-_NO_BASE = -(2 ** 63)  # below every checkpoint id (SQLite's smallest integer)
-
-
-class StateDirError(ValueError):
-    """The checkpoint directory cannot be used: it cannot be created or written, it belongs
-    to another topology, or a name would leave it. ``path`` is the directory in question
-    (also named in the message)."""
-
-    def __init__(self, path: str, why: str) -> None:
-        super().__init__(f"state directory {path}: {why}")
-        self.path = path
-
-
-def _entries_crc(entries: Iterable[tuple[bytes, int, bytes | None]]) -> tuple[int, int]:
-    """``(count, CRC-32)`` of ``(key, key group, value or None)`` entries in key order."""
-    crc = n = 0
-    for key, grp, value in entries:
-        crc = zlib.crc32(_ENTRY.pack(grp, len(key), -1 if value is None else len(value)), crc)
-        crc = zlib.crc32(key, crc)
-        if value is not None:
-            crc = zlib.crc32(value, crc)
-        n += 1
-    return n, crc
-
-
-def _changes(puts: list[tuple[int, bytes, bytes]],
-             deletes: list[tuple[int, bytes]]) -> list[tuple[bytes, int, bytes | None]]:
-    """One checkpoint's entries ``(key, group, value or None)`` sorted by key; a key given
-    twice keeps its last put, and a delete of a key also put wins."""
-    by_key: dict[bytes, tuple[int, bytes | None]] = {}
-    for grp, key, value in puts:
-        by_key[bytes(key)] = (grp, bytes(value))
-    for grp, key in deletes:
-        by_key[bytes(key)] = (grp, None)
-    return [(k, g, v) for k, (g, v) in sorted(by_key.items())]
-
-
-def _in_groups(grp: int, groups: range | None) -> bool:
-    return groups is None or grp in groups
-
-
-def _check_name(what: str, name: Any, parent: str) -> str:
-    """``name`` as one path component under ``parent``, or :class:`StateDirError`."""
-    if (not isinstance(name, str) or not name or ".." in name or "/" in name
-            or "\0" in name or name == "." or (os.altsep and os.altsep in name)):
-        raise StateDirError(os.path.join(parent, str(name)),
-                            f"the {what} {name!r} cannot name a directory: it must be a "
-                            f"non-empty string without '/' or '..'")
-    return name
-
-
-def _component_dir(component: str) -> str:
-    """The directory name of ``component`` (reversible: :func:`_component_name`): its id,
-    percent-quoted where a character could not stand in one path component, and a leading
-    ``.`` or ``_`` quoted so no id can name a hidden file or the log."""
-    if not isinstance(component, str) or not component:
-        raise ValueError(f"component id must be a non-empty string, got {component!r}")
-    name = quote(component, safe="")
-    if name[0] in "._":
-        name = f"%{ord(name[0]):02X}{name[1:]}"
-    return name
-
-
-def _component_name(dirname: str) -> str:
-    return unquote(dirname)
-
-
-def _check_phase(phase: str) -> None:
-    if phase not in _PHASES:
-        raise ValueError(f"checkpoint phase must be one of {', '.join(_PHASES)}, got {phase!r}")
-
-
-_TASK_SCHEMA = """
-CREATE TABLE IF NOT EXISTS base (  -- the state as of meta 'base'
-    key BLOB PRIMARY KEY, grp INTEGER NOT NULL, value BLOB NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS delta (  -- the keys each checkpoint changed
-    version INTEGER NOT NULL, key BLOB NOT NULL, grp INTEGER NOT NULL,
-    value BLOB,  -- NULL: the key was deleted in this checkpoint
-    PRIMARY KEY (version, key)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS versions (version INTEGER PRIMARY KEY, n INTEGER NOT NULL,
-                                     crc INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-"""
-
-_LOG_SCHEMA = """
-CREATE TABLE IF NOT EXISTS round (one INTEGER PRIMARY KEY CHECK (one = 0),
-                                  phase TEXT NOT NULL, ckpt INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS committed (ckpt INTEGER PRIMARY KEY);
-"""
-#: the commit manifests of the committed ids kept (created in a log of before it too)
-_MANIFEST_TABLE = "CREATE TABLE IF NOT EXISTS manifest (ckpt INTEGER PRIMARY KEY, tasks TEXT)"
-
-
-#: per connection: WAL journal; ``synchronous=NORMAL`` (a commit survives the death of the
-#: process; SQLite's docs, "Write-Ahead Logging" and "PRAGMA synchronous": an OS crash or
-#: power loss may undo the last commits); the ``-wal`` file cut back to 16 MiB after a WAL
-#: checkpoint; automatic WAL checkpoints only as a backstop, since each garbage collection
-#: ends with one (so that a checkpoint's commit does not pay for it)
-_PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL",
-            "PRAGMA journal_size_limit=16777216", "PRAGMA wal_autocheckpoint=10000")
-
-
-def _check_schema(con: sqlite3.Connection, path: str) -> int:
-    """The schema version of ``path`` (0: new), or :class:`StateDirError` for another."""
-    version = con.execute("PRAGMA user_version").fetchone()[0]
-    if version > SCHEMA_VERSION:
-        raise StateDirError(path, f"written by a newer storm-on-ray (schema {version})")
-    if 0 < version < SCHEMA_VERSION:
-        raise StateDirError(path, f"written by an older storm-on-ray (schema {version}, "
-                                  f"this one reads schema {SCHEMA_VERSION})")
-    return version
-
-
-def _open(path: str, schema: str) -> sqlite3.Connection:
-    """A read-write connection to ``path`` (created with ``schema`` if new), with
-    :data:`_PRAGMAS`, transactions begun explicitly."""
-    try:
-        con = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                              check_same_thread=False)
-    except sqlite3.Error as e:
-        raise StateDirError(path, f"cannot open the database ({e})") from None
-    try:
-        version = _check_schema(con, path)
-        for pragma in _PRAGMAS:
-            con.execute(pragma)
-        if version < SCHEMA_VERSION:
-            con.execute("BEGIN IMMEDIATE")
-            for statement in schema.split(";"):
-                if statement.strip():
-                    con.execute(statement)
-            con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            con.execute("COMMIT")
-    except sqlite3.Error as e:
-        con.close()
-        raise StateDirError(path, f"not a usable state database ({e})") from None
-    except BaseException:
-        con.close()
-        raise
-    return con
-
-
-def _base_id(con: sqlite3.Connection) -> int | None:
-    """The checkpoint id ``base`` is at (None: never collected)."""
-    row = con.execute("SELECT value FROM meta WHERE name = 'base'").fetchone()
-    return None if row is None else row[0]
-
-
-def _check_version(con: sqlite3.Connection, path: str, checkpoint_id: int) -> int | None:
-    """Raise :class:`CorruptCheckpoint` unless the entries of ``checkpoint_id`` match its
-    record (count and CRC-32), or the checkpoint is below ``base`` (collected). A
-    checkpoint with no record and no entries wrote nothing here (a store newer than it):
-    not corrupt. Returns the base id."""
-    base = _base_id(con)
-    if base is not None and checkpoint_id < base:
-        raise CorruptCheckpoint(path, checkpoint_id,
-                                f"collected: only checkpoints >= {base} can be restored")
-    n, crc = _entries_crc(con.execute(
-        "SELECT key, grp, value FROM delta WHERE version = ? ORDER BY key", (checkpoint_id,)))
-    record = con.execute("SELECT n, crc FROM versions WHERE version = ?",
-                         (checkpoint_id,)).fetchone()
-    if record is None:
-        if n:
-            raise CorruptCheckpoint(path, checkpoint_id,
-                                    f"{n} entries without the checkpoint's record")
-        return base
-    if record[0] != n:
-        raise CorruptCheckpoint(path, checkpoint_id,
-                                f"{n} entries where {record[0]} were written")
-    if record[1] != crc:
-        raise CorruptCheckpoint(path, checkpoint_id,
-                                f"CRC-32 {crc:08x} of its entries, {record[1]:08x} written")
-    return base
-
-
-def _state_at(con: sqlite3.Connection, checkpoint_id: int, base: int | None,
-              groups: range | None) -> dict[bytes, bytes]:
-    """``base`` (the table, at checkpoint ``base``), then the deltas above it up to
-    ``checkpoint_id`` in version order: a put sets the key, a delete removes it (as does a
-    put into a group not asked for, so a key's latest entry decides its group)."""
-    sql = "SELECT key, grp, value FROM base"
-    args: tuple = ()
-    if groups is not None and groups.step == 1:
-        sql += " WHERE grp >= ? AND grp < ?"
-        args = (groups.start, groups.stop)
-    out = {key: value for key, grp, value in con.execute(sql, args)
-           if _in_groups(grp, groups)}
-    for key, grp, value in con.execute(
-            "SELECT key, grp, value FROM delta WHERE version > ? AND version <= ? "
-            "ORDER BY version", (_NO_BASE if base is None else base, checkpoint_id)):
-        if value is None or not _in_groups(grp, groups):
-            out.pop(key, None)
-        else:
-            out[key] = value
-    return out
+from actors.state._sqlite_format import (
+    _LOG_SCHEMA,
+    _MANIFEST_TABLE,
+    _NO_BASE,
+    _TASK_SCHEMA,
+    LOG_FILE,
+    MARKER,
+    StateDirError,
+    _base_id,
+    _check_name,
+    _check_version,
+    _component_dir,
+    _load_log,
+    _open,
+    _state_at,
+)
+from actors.state._sqlite_reader import read_raw
 
 
 class _Transaction:
@@ -308,8 +115,8 @@ class _LocalTaskStore(TaskStore):
 
     def prepare(self, checkpoint_id: int, puts: list[tuple[int, bytes, bytes]],
                 deletes: list[tuple[int, bytes]]) -> None:
-        entries = _changes(puts, deletes)
-        n, crc = _entries_crc(entries)
+        entries = changes(puts, deletes)
+        n, crc = entries_crc(entries)
         with self._lock, _Transaction(self._con) as con:
             base = _base_id(con)
             if base is not None and checkpoint_id <= base:
@@ -402,7 +209,7 @@ class _LocalLog(CheckpointLog):
             return _load_log(self._con)
 
     def record(self, phase: str, checkpoint_id: int, manifest: dict | None = None) -> None:
-        _check_phase(phase)
+        check_phase(phase)
         with self._lock, _Transaction(self._con) as con:
             con.execute("INSERT OR REPLACE INTO round (one, phase, ckpt) VALUES (0, ?, ?)",
                         (phase, checkpoint_id))
@@ -410,7 +217,7 @@ class _LocalLog(CheckpointLog):
                 con.execute("INSERT OR IGNORE INTO committed (ckpt) VALUES (?)",
                             (checkpoint_id,))
                 con.execute("DELETE FROM committed WHERE ckpt NOT IN (SELECT ckpt FROM "
-                            "committed ORDER BY ckpt DESC LIMIT ?)", (_KEEP_COMMITTED,))
+                            "committed ORDER BY ckpt DESC LIMIT ?)", (KEEP_COMMITTED,))
                 if manifest is not None:
                     con.execute("INSERT OR REPLACE INTO manifest (ckpt, tasks) VALUES (?, ?)",
                                 (checkpoint_id, manifest_text(manifest)))
@@ -429,12 +236,6 @@ class _LocalLog(CheckpointLog):
     def close(self) -> None:
         with self._lock:
             self._con.close()
-
-
-def _load_log(con: sqlite3.Connection) -> tuple[str, int, list[int]]:
-    row = con.execute("SELECT phase, ckpt FROM round WHERE one = 0").fetchone()
-    ids = [r[0] for r in con.execute("SELECT ckpt FROM committed ORDER BY ckpt")]
-    return (row[0], row[1], ids) if row else (COMMITTED, 0, ids)
 
 
 class LocalProvider(StateProvider):
@@ -547,6 +348,12 @@ class LocalProvider(StateProvider):
             opened, self._open = self._open, []
         for s in opened:
             s.close()
+
+    def read_raw(self, checkpoint_id: int | None = None) -> StateSnapshot:
+        """See :meth:`StateProvider.read_raw`: the offline reader
+        (:func:`actors.state._sqlite_reader.read_raw`) on this submit's directory, through
+        read-only connections. Raises as it does."""
+        return read_raw(self.root, checkpoint_id)
 
     def delete(self) -> None:
         """Close what this provider opened, remove the submit's directory, and the

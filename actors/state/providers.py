@@ -1,6 +1,7 @@
-"""The state providers a topology can name, ``topology.state.provider``'s choice among
-them, and the offline reader of the local provider's checkpoints; the public module, from
-which the providers are imported.
+"""The state providers a topology can name and ``topology.state.provider``'s choice among
+them: the public module, from which the providers and the readers are imported (it only
+chooses; each backend is a module of its own, their shared rules in
+:mod:`actors.state._common`).
 
 ``"local"`` (:class:`LocalProvider`, the default) keeps each task's checkpoints in an embedded
 SQLite database: no server, durable across the death of the process that wrote them
@@ -14,9 +15,9 @@ names a :class:`~actors.state._provider.StateProvider` of the user's own, as Sto
 ``RedisKeyValueStateProvider``, behind ``RedisKeyValueState``, is one; its settings come in
 ``topology.state.provider.config``). :func:`make_provider` makes the choice.
 
-:func:`read_state` reads a submit's directory without changing it (a user's tool, and the
-``storm-on-ray state`` command), through read-only SQLite connections and the local
-provider's own checks. This module does not import Ray.
+:func:`read_state` reads a local submit's directory without changing it
+(:mod:`actors.state._sqlite_reader`); each provider's ``read_raw`` reads its committed
+state as stored, which a savepoint copies. This module does not import Ray.
 """
 
 from __future__ import annotations
@@ -25,36 +26,30 @@ import importlib
 import json
 import logging
 import os
-import sqlite3
-from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
 
+from actors.state._common import StateSnapshot
 from actors.state._memory import MemoryProvider
-from actors.state._pins import pin_local, pin_newest, read_newest_whole, unpin_local
-from actors.state._provider import CorruptCheckpoint, StateProvider
+from actors.state._provider import StateProvider
 from actors.state._redis import RedisProvider, RedisStateError
-from actors.state._sqlite import (
+from actors.state._sqlite import LocalProvider, default_checkpoint_dir
+from actors.state._sqlite_format import (
     BUSY_TIMEOUT_S,
     LOG_FILE,
     MARKER,
     SCHEMA_VERSION,
-    LocalProvider,
     StateDirError,
-    _check_schema,
-    _check_version,
-    _component_name,
-    _load_log,
-    _state_at,
-    default_checkpoint_dir,
 )
+from actors.state._sqlite_reader import committed_checkpoints, read_raw, read_state
 from topology import ConfigError
 
 __all__ = [
     "BUSY_TIMEOUT_S", "LOG_FILE", "MARKER", "SCHEMA_VERSION",
     "LocalProvider", "MemoryProvider", "RedisProvider", "RedisStateError", "StateDirError",
     "StateSnapshot",
-    "committed_checkpoints", "default_checkpoint_dir", "make_provider", "read_state",
+    "committed_checkpoints", "default_checkpoint_dir", "make_provider", "read_committed",
+    "read_raw",
+    "read_state",
 ]
 
 log = logging.getLogger(__name__)
@@ -137,163 +132,33 @@ def make_provider(conf: dict, topology_name: str, submit_id: str) -> StateProvid
     return _provider_class(name)(topology_name, submit_id, config)
 
 
-# -- the offline reader ---------------------------------------------------------------------------
-
-
-class StateSnapshot(dict):
-    """What :func:`read_state` returns: a dict, and the checkpoint it shows in
-    ``checkpoint_id`` (None: no checkpoint committed, every task empty)."""
-
-    checkpoint_id: int | None = None
-
-
-def _connect_ro(path: str, immutable: bool) -> sqlite3.Connection:
-    flag = "immutable=1" if immutable else "mode=ro"
-    uri = "file:" + quote(os.path.abspath(path)) + "?" + flag
-    return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                           check_same_thread=False)
-
-
-def _stat(path: str) -> tuple[int, int, int]:
-    st = os.stat(path)
-    return st.st_ino, st.st_size, st.st_mtime_ns
-
-
-def _read_only(path: str, read: Callable[[sqlite3.Connection], Any]) -> Any:
-    """``read(connection)`` on a connection that writes nothing. A database no connection
-    has open (no ``-wal`` file beside it) is read as immutable, so SQLite creates no side
-    files; if a writer opened it meanwhile (a ``-wal`` appeared, or the file changed), the
-    read is done again through a ``mode=ro`` connection, which takes SQLite's locks (and
-    may leave an empty ``-wal`` and the ``-shm`` index beside it; the data is untouched)."""
-    wal = path + "-wal"
-    if not os.path.exists(wal):
-        before = _stat(path)
-        con = _connect_ro(path, immutable=True)
-        try:
-            result, error = read(con), None
-        except (CorruptCheckpoint, sqlite3.Error) as e:
-            result, error = None, e
-        finally:
-            con.close()
-        if not os.path.exists(wal) and _stat(path) == before:
-            if error is not None:
-                raise error
-            return result
-    con = _connect_ro(path, immutable=False)
-    try:
-        return read(con)
-    finally:
-        con.close()
-
-
-def _locate(path: str) -> tuple[str, str | None]:
-    """``(submit root, component directory name or None)`` of ``path``."""
-    path = os.path.abspath(path)
-    if os.path.isfile(os.path.join(path, LOG_FILE)):
-        return path, None
-    parent = os.path.dirname(path)
-    if os.path.isdir(path) and os.path.isfile(os.path.join(parent, LOG_FILE)):
-        return parent, os.path.basename(path)
-    raise FileNotFoundError(f"{path} is neither a submit's state directory "
-                            f"(<dir>/<topology>/<submit id>, holding {LOG_FILE}) nor a "
-                            f"component's directory in one")
-
-
-def committed_checkpoints(path: str) -> list[int]:
-    """The committed checkpoint ids (ascending; the log keeps the last two) of the submit
-    at ``path`` (its directory or one of its components'), read without changing anything.
+def read_committed(conf: dict, topology_name: str, submit_id: str,
+                   checkpoint_id: int | None = None) -> StateSnapshot:
+    """The committed state, as stored, of one submit of a topology whose config is
+    ``conf``, read on this machine and changing nothing (``StateProvider.read_raw``): the
+    local provider's directory through the offline reader (:func:`read_raw`, which
+    creates nothing), any other provider through one made by :func:`make_provider`.
+    What a savepoint copies and ``handle.state()`` decodes. Blocks for the reads.
 
     Raises:
-        FileNotFoundError: ``path`` is not a submit's or component's state directory.
-    """
-    root, _ = _locate(path)
-    return _read_only(os.path.join(root, LOG_FILE), lambda con: _load_log(con)[2])
-
-
-def _task_files(root: str, component_dir: str | None) -> dict[str, dict[int, str]]:
-    out: dict[str, dict[int, str]] = {}
-    dirs = [component_dir] if component_dir else sorted(
-        d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    for d in dirs:
-        tasks = {}
-        for f in os.listdir(os.path.join(root, d)):
-            stem = f.removeprefix("task-").removesuffix(".db")
-            if f.startswith("task-") and f.endswith(".db") and stem.isdigit():
-                tasks[int(stem)] = os.path.join(root, d, f)
-        out[_component_name(d)] = dict(sorted(tasks.items()))
-    return out
-
-
-def _read_at(files: dict[str, dict[int, str]], checkpoint_id: int) -> dict:
-    """``{component: {task: {key bytes: value bytes}}}`` as of ``checkpoint_id``, raw
-    (runtime-internal entries included)."""
-    out: dict = {}
-    for component, tasks in files.items():
-        out[component] = {}
-        for task, db in tasks.items():
-            def read(con: sqlite3.Connection, db: str = db) -> dict[bytes, bytes]:
-                _check_schema(con, db)
-                base = _check_version(con, db, checkpoint_id)
-                return _state_at(con, checkpoint_id, base, None)
-
-            try:
-                out[component][task] = _read_only(db, read)
-            except sqlite3.OperationalError:
-                raise
-            except sqlite3.DatabaseError as e:
-                raise CorruptCheckpoint(db, checkpoint_id, str(e)) from None
-    return out
-
-
-def read_raw(path: str, checkpoint_id: int | None = None) -> StateSnapshot:
-    """As :func:`read_state`, with keys and values as stored (codec bytes, the
-    runtime-internal entries of persistent windows and sinks included): what a savepoint
-    copies. Same arguments, result shape and errors."""
-    root, component_dir = _locate(path)
-    files = _task_files(root, component_dir)
-    candidates, pin = pin_newest(lambda: committed_checkpoints(root),
-                                 lambda c: pin_local(root, c), unpin_local, checkpoint_id)
-    state, used = read_newest_whole(candidates, lambda c: _read_at(files, c),
-                                    lambda: unpin_local(pin))
-    if not candidates:
-        state = {c: {t: {} for t in tasks} for c, tasks in files.items()}
-    snapshot = StateSnapshot(state[_component_name(component_dir)] if component_dir
-                             else state)
-    snapshot.checkpoint_id = used
-    return snapshot
-
-
-def read_state(path: str, checkpoint_id: int | None = None) -> StateSnapshot:
-    """The checkpointed state of a submit, decoded, without changing its data (read-only
-    SQLite connections: versions above the checkpoint stay, nothing is collected).
-
-    ``path``: a submit's directory ``<topology.state.checkpoint.dir>/<topology>/<submit
-    id>`` → ``{component: {task: {key: value}}}``; or one component's directory in it →
-    ``{task: {key: value}}``. Keys decode as they were put (tuples as tuples), values as
-    :meth:`topology.KeyValueState.get` returns them. As of ``checkpoint_id``, or of the
-    last committed checkpoint in the submit's log; if that one fails its check, a warning
-    is logged naming it and the committed one before is read. No committed checkpoint:
-    every task empty, ``checkpoint_id`` None. The result's ``checkpoint_id`` says which
-    was read. Blocks for the reads; a running topology may go on writing meanwhile, and
-    its collection keeps the checkpoint being read: it is pinned by a file beside the log
-    while read, then released (``actors/state/_pins.py``; not in a directory this cannot
-    write, where nothing collects).
-
-    Raises:
-        FileNotFoundError: ``path`` is not a submit's or component's state directory.
+        ValueError: the ``memory`` provider (its checkpoints live in the coordinator's
+            process, where nothing else reads them), or a provider whose class does not
+            implement ``read_raw``.
+        FileNotFoundError: the local provider's directory is not on this machine.
         CorruptCheckpoint: the asked checkpoint (or every committed one) fails its check.
     """
-    from actors._codec import decode_key, decode_value
-    from actors.state._internals import INTERNAL_PREFIX
-
-    raw = read_raw(path, checkpoint_id)
-
-    def decoded(entries: dict) -> dict:
-        return {decode_key(k): decode_value(v) for k, v in entries.items()
-                if not k.startswith(INTERNAL_PREFIX)}  # (windows', sinks' entries)
-    _, component_dir = _locate(path)
-    snapshot = StateSnapshot({t: decoded(e) for t, e in raw.items()} if component_dir else
-                             {c: {t: decoded(e) for t, e in tasks.items()}
-                              for c, tasks in raw.items()})
-    snapshot.checkpoint_id = raw.checkpoint_id
-    return snapshot
+    name = conf.get(_PROVIDER_KEY)
+    if name is None or name == "local":
+        directory = conf.get("topology.state.checkpoint.dir") or default_checkpoint_dir()
+        return read_raw(os.path.join(directory, topology_name, submit_id), checkpoint_id)
+    if name == "memory":
+        raise ValueError(f"topology {topology_name!r}: the memory provider keeps its "
+                         f"checkpoints in the coordinator's process, where nothing else "
+                         f"reads them; use local or redis")
+    provider = make_provider(conf, topology_name, submit_id)
+    try:
+        return provider.read_raw(checkpoint_id)
+    except NotImplementedError as e:
+        raise ValueError(f"topology {topology_name!r}: {e}") from None
+    finally:
+        provider.close()

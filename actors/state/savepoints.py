@@ -1,5 +1,9 @@
 """Savepoints: a committed checkpoint copied to a portable place that outlives its
 topology, and a new submit started from one (Flink's savepoints and ``--fromSavepoint``).
+A savepoint lives at a local path or any ``pyarrow.fs`` URI (:mod:`actors.state._fs`), and
+holds entries as stored, whatever provider kept them (``StateProvider.read_raw``): one
+taken on ``local`` restores into Redis and the reverse, as Flink's savepoints are
+backend-independent.
 
 Layout of a savepoint directory::
 
@@ -28,18 +32,23 @@ from __future__ import annotations
 
 import json
 import logging
-import os
+import posixpath
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
+import pyarrow as pa
+import pyarrow.fs as pafs
 
+from actors.state import _fs
 from actors.state._internals import INTERNAL_GROUP, INTERNAL_PREFIX
 from actors.state._provider import COMMITTED, StateProvider
 from topology import StormTopology
 from topology._builder import FORWARD
 from topology._keygroups import KEY_GROUPS_KEY, key_group_count
+from topology._redact import mask_text
 
 logger = logging.getLogger("storm_on_ray.savepoints")
 
@@ -72,16 +81,44 @@ class Savepoint:
 
 
 def check_target(path: str) -> str:
-    """``path`` as an absolute path, if a savepoint may be written there.
+    """``path`` (a local path, made absolute, or a ``pyarrow.fs`` URI) if a savepoint may
+    be written there: it is a new or empty directory, and writable (a probe file is
+    written and deleted; the directory is created). Blocks for a few filesystem calls.
 
     Raises:
-        SavepointError: it exists and is not an empty directory.
+        SavepointError: it exists and is not an empty directory, or cannot be reached or
+            written; or the URI is one ``pyarrow.fs`` does not know or carries
+            credentials (see :func:`actors.state._fs.resolve`). The message names the
+            target, credentials masked, and the filesystem's error.
     """
-    path = os.path.abspath(path)
-    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
-        raise SavepointError(f"savepoint {path}: exists and is not an empty directory; "
-                             f"give a new path")
-    return path
+    return _check_location(_resolve(path))
+
+
+def _check_location(loc: _fs.Location) -> str:
+    fs = loc.filesystem
+    try:
+        info = fs.get_file_info(loc.base)
+        if info.type == pafs.FileType.File or (
+                info.type == pafs.FileType.Directory
+                and fs.get_file_info(pafs.FileSelector(loc.base))):
+            raise SavepointError(f"savepoint {loc.target}: exists and is not an empty "
+                                 f"directory; give a new path")
+        fs.create_dir(loc.base, recursive=True)
+        probe = loc.join(f".write-check-{uuid.uuid4().hex}")
+        _fs.write_bytes(loc, probe, b"")
+        fs.delete_file(probe)
+    except SavepointError:
+        raise
+    except (OSError, pa.ArrowException) as e:
+        raise SavepointError(f"savepoint {_fs.error(loc, 'cannot be written', e)}") from None
+    return loc.target
+
+
+def _resolve(path: str) -> _fs.Location:
+    try:
+        return _fs.resolve(path)
+    except _fs.StorageError as e:
+        raise SavepointError(f"savepoint {e}") from None
 
 
 def describe(topology: StormTopology, conf: dict) -> dict:
@@ -107,65 +144,75 @@ def write_savepoint(path: str, topology_name: str, checkpoint_id: int,
                     state: dict[str, dict[int, dict[bytes, bytes]]],
                     component_tasks: dict[str, list[int]], layout: dict) -> str:
     """Write ``state`` (``{component: {task id: {key: value}}}``, as stored, as of
-    ``checkpoint_id``) to ``path``, with ``layout`` (:func:`describe` of the topology it
-    was taken from) in its metadata; the marker last. Blocks for the writes.
+    ``checkpoint_id``) to ``path`` (a local path or a ``pyarrow.fs`` URI), with ``layout``
+    (:func:`describe` of the topology it was taken from) in its metadata; the marker last,
+    through a temporary name and a move where the filesystem has moves
+    (:func:`actors.state._fs.publish`). Blocks for the writes.
 
     Returns:
-        The absolute path.
+        The absolute path, or the URI.
 
     Raises:
-        SavepointError: ``path`` cannot be used (see :func:`check_target`).
-        OSError: a write failed (what was written has no marker).
+        SavepointError: ``path`` cannot be used (see :func:`check_target`), or a write
+            failed (what was written has no marker; the message names the target and
+            the filesystem's error).
     """
-    path = check_target(path)
+    loc = _resolve(path)
+    target = _check_location(loc)
     counts = {c: len(tasks) for c, tasks in component_tasks.items()}
-    for component, tasks in state.items():
-        d = os.path.join(path, "state", component)
-        os.makedirs(d, exist_ok=True)
-        ids = list(component_tasks.get(component, sorted(tasks)))
-        for task, entries in tasks.items():
-            with open(os.path.join(d, f"{ids.index(task)}.msgpack"), "wb") as f:
-                f.write(msgpack.packb(sorted(entries.items()), use_bin_type=True))
-    meta = {"format_version": FORMAT_VERSION, "topology": topology_name,
-            "checkpoint_id": checkpoint_id,
-            "components": {c: counts.get(c, len(t)) for c, t in state.items()},
-            "created": time.time(), **layout}
-    with open(os.path.join(path, METADATA), "w") as f:
-        json.dump(meta, f, indent=2)
-    with open(os.path.join(path, MARKER), "w") as f:
-        f.write(f"{checkpoint_id}\n")
-    return path
+    try:
+        for component, tasks in state.items():
+            d = loc.join("state", component)
+            loc.filesystem.create_dir(d, recursive=True)
+            ids = list(component_tasks.get(component, sorted(tasks)))
+            for task, entries in tasks.items():
+                _fs.write_bytes(loc, posixpath.join(d, f"{ids.index(task)}.msgpack"),
+                                msgpack.packb(sorted(entries.items()), use_bin_type=True))
+        meta = {"format_version": FORMAT_VERSION, "topology": topology_name,
+                "checkpoint_id": checkpoint_id,
+                "components": {c: counts.get(c, len(t)) for c, t in state.items()},
+                "created": time.time(), **layout}
+        _fs.write_bytes(loc, loc.join(METADATA), json.dumps(meta, indent=2).encode())
+        _fs.publish(loc, loc.join(MARKER), f"{checkpoint_id}\n".encode())
+    except (OSError, pa.ArrowException) as e:
+        raise SavepointError(f"savepoint {_fs.error(loc, 'a write failed', e)}; what was "
+                             f"written has no {MARKER} marker") from None
+    return target
 
 
 def read_savepoint(path: str) -> Savepoint:
-    """The savepoint at ``path``.
+    """The savepoint at ``path`` (a local path or a ``pyarrow.fs`` URI), whatever
+    provider it was taken from. Blocks for the reads.
 
     Raises:
-        SavepointError: missing, no ``_COMMITTED`` marker, another format version, or
-            unreadable files (naming the path and the reason).
+        SavepointError: missing, no ``_COMMITTED`` marker, another format version,
+            unreadable files, or a target that cannot be resolved (see
+            :func:`actors.state._fs.resolve`); the message names the path (credentials
+            masked) and the reason.
     """
-    path = os.path.abspath(path)
-    if not os.path.isdir(path):
-        raise SavepointError(f"savepoint {path}: no such directory")
-    if not os.path.isfile(os.path.join(path, MARKER)):
-        raise SavepointError(f"savepoint {path}: no {MARKER} marker, so it was never "
-                             f"completed")
+    loc = _resolve(path)
+    path, fs = loc.target, loc.filesystem
     try:
-        with open(os.path.join(path, METADATA)) as f:
-            meta = json.load(f)
+        if fs.get_file_info(loc.base).type != pafs.FileType.Directory:
+            raise SavepointError(f"savepoint {path}: no such directory")
+        if fs.get_file_info(loc.join(MARKER)).type != pafs.FileType.File:
+            raise SavepointError(f"savepoint {path}: no {MARKER} marker, so it was never "
+                                 f"completed")
+        meta = json.loads(_fs.read_bytes(loc, loc.join(METADATA)))
         version = meta.get("format_version")
         if version not in READ_VERSIONS:
             raise SavepointError(f"savepoint {path}: format version {version!r}, this "
                                  f"version reads {' and '.join(map(str, READ_VERSIONS))}")
         entries: dict[str, dict[int, dict[bytes, bytes]]] = {}
         for component in meta["components"]:
-            d = os.path.join(path, "state", component)
             entries[component] = {}
-            for name in os.listdir(d) if os.path.isdir(d) else ():
-                with open(os.path.join(d, name), "rb") as f:
-                    pairs = msgpack.unpackb(f.read(), raw=False)
-                entries[component][int(name.split(".")[0])] = {bytes(k): bytes(v)
-                                                               for k, v in pairs}
+            for info in fs.get_file_info(pafs.FileSelector(loc.join("state", component),
+                                                           allow_not_found=True)):
+                if info.type != pafs.FileType.File or not info.base_name.endswith(".msgpack"):
+                    continue
+                pairs = msgpack.unpackb(_fs.read_bytes(loc, info.path), raw=False)
+                entries[component][int(info.base_name.split(".")[0])] = {
+                    bytes(k): bytes(v) for k, v in pairs}
         layout = {k: meta[k] for k in ("key_groups", "tasks", "keyed", "forward")
                   if k in meta}
         if version >= 2 and len(layout) < 4:
@@ -176,9 +223,9 @@ def read_savepoint(path: str) -> Savepoint:
                          layout, version)
     except SavepointError:
         raise
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise SavepointError(f"savepoint {path}: unreadable: {type(e).__name__}: {e}"
-                             ) from None
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as e:
+        raise SavepointError(f"savepoint {path}: unreadable: "
+                             f"{mask_text(f'{type(e).__name__}: {e}')}") from None
 
 
 def check_restore(savepoint: Savepoint, topology: StormTopology,
