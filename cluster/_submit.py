@@ -80,7 +80,7 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
     savepoint = None
     if restore_from is not None:
         from actors.state import checkpointed
-        from actors.state._rescale import rescale
+        from actors.state._rescale import check_splits, rescale
         from actors.state.savepoints import SavepointError, check_restore, read_savepoint
 
         if p.conf.get("topology.state.provider") == "memory":
@@ -95,6 +95,7 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
                                 f"{savepoint.path} has nothing to restore into")
         savepoint = rescale(savepoint, p.topology, dict(p.conf))  # (at other task counts)
         check_restore(savepoint, p.topology, allow_non_restored_state, dict(p.conf))
+        check_splits(savepoint, p.topology, dict(p.conf))
     open_targets(p)  # sinks' targets, before anything starts
     return launch(p, name, ready_timeout, detached, savepoint)
 

@@ -13,6 +13,7 @@ from actors.state._rescale import (
     FINISHED,
     assign_keyed,
     assign_transactions,
+    check_splits,
     key_group_sources,
     key_groups_for,
     rescale,
@@ -285,7 +286,7 @@ def test_each_restore_that_cannot_rescale_is_refused_naming_component_and_reason
         state = {"sum": {0: {}, 1: {}}}
     sp = _savepoint(tmp_path, old, state)
     with pytest.raises(SavepointError, match=match):
-        rescale(sp, new, conf)
+        check_splits(rescale(sp, new, conf), new, conf)
 
 
 class _Frame:

@@ -18,7 +18,8 @@ The rules, per component whose number of tasks changed:
   (Flink refuses non-partitioned state at another parallelism), runtime state that does
   not split by key group yet (persistent windows, join buffers), a spout without
   ``redistribute``, a changed key-group count, and a forward (chained) edge one end of
-  which has state and whose ends do not move from one equal count to another.
+  which has state and whose ends do not move from one equal count to another; and, at any
+  task count, a spout whose state records another split count (:func:`check_splits`).
 
 A task whose input had ended when the savepoint was taken is recorded as finished; a new
 task is, when every old task it takes state from was. :func:`rescale` applies the rules to
@@ -186,7 +187,6 @@ def rescale(savepoint: Savepoint, topology: StormTopology, conf: dict) -> Savepo
                for c, n in savepoint.components.items()
                if c in topology.component_tasks and len(topology.component_tasks[c]) != n}
     _check_forward(savepoint, was, now)
-    _check_splits(savepoint, topology, groups)
     entries, components = dict(savepoint.entries), dict(savepoint.components)
     key_groups: dict = {}
     for c, (old_n, new_n) in sorted(changed.items()):
@@ -234,9 +234,16 @@ def rescale(savepoint: Savepoint, topology: StormTopology, conf: dict) -> Savepo
                        "layout": layout, "key_groups": key_groups})
 
 
-def _check_splits(savepoint: Savepoint, topology: StormTopology, groups: int) -> None:
-    """A spout state that records a split count (``topology/_splits.py``) restores only
-    under that many splits (key groups), at any task count."""
+def check_splits(savepoint: Savepoint, topology: StormTopology, conf: dict) -> None:
+    """Refuse a spout state that records a split count (``topology/_splits.py``) under
+    another number of splits (key groups), at any task count: its items would fall into
+    other splits. (After ``check_restore``, whose refusal of a keyed bolt under another
+    key-group count comes first.)
+
+    Raises:
+        SavepointError: naming the spout and both counts.
+    """
+    groups = key_group_count(conf)
     stored = value_encoder()(SPLITS_KEY)
     for c, tasks in sorted(savepoint.entries.items()):
         spec = topology.components.get(c)
