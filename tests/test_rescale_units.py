@@ -28,7 +28,7 @@ from actors.state.savepoints import (
 )
 from topology import IterableSpout, StatefulBolt, StatefulSpout, TopologyBuilder
 from topology._keygroups import key_group, key_group_range, operator_index, stable_hash
-from topology._splits import SplitPositions, redistribute_splits, split_items
+from topology._splits import SPLITS_KEY, SplitPositions, redistribute_splits, split_items
 
 enc = value_encoder()
 KEYS, GROUPS = 42, 13  # Flink's RescalingITCase: 42 keys, max parallelism 13
@@ -367,3 +367,13 @@ def test_nexmark_spout_2_to_3_to_1_emits_every_event_once(delayed):
     emitted += _run(one)
     everything = [tuple(e) for _, e in EventStream(NexmarkGenerator(config))]
     assert sorted(emitted, key=repr) == sorted(everything, key=repr)
+
+
+def test_a_dataframe_spout_state_without_splits_goes_on_at_the_same_parallelism():
+    # task 0 of 2 (blocks 0, 2, 4, ...) was in its 2nd block (block 2) with 2 rows out;
+    # task 1 had not started
+    legacy = _frames(2, 6, [{"position": (1, 2)}, {"position": (-1, 0)}])
+    done = set(range(5)) | {10, 11}
+    assert sorted(_run(legacy)) == [r for r in range(30) if r not in done]
+    old = _snapshot(legacy)
+    assert old[0]["position"] == (2, 5) and SPLITS_KEY not in old[0]  # (its 3rd block, 4)
