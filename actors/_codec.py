@@ -36,8 +36,17 @@ Arrow values let one tuple carry a whole record batch (``DataFrameSpout(...,
 arrow_batches=True)`` feeding vectorised bolts): its buffers are copied once into the frame
 and read back without a per-row step.
 
+Arrow payloads are untrusted input (``actors/_arrow_ipc.py``): every batch is validated
+in full before a value is read, and a column of an extension type outside a short
+allow-list is refused, naming the type, before pyarrow reads the schema (a registered
+extension type runs its Python code there and on its values: Ray Data's
+``ray.data.arrow_pickled_object`` runs ``pickle.load`` in ``to_pylist()``).
+
 Decoding is bounded (``max_frame_bytes``) and strict about shape; anything else raises
-:class:`FrameError`, which receivers count and drop.
+:class:`FrameError`, which receivers count and drop. Encoding raises ``TypeError`` for any
+value the wire cannot carry (msgpack's own ``ValueError`` for a value nested past its
+depth limit included), so a sender reports that tuple alone (``ActorSink``'s poison path)
+and sends the rest.
 """
 
 from __future__ import annotations
@@ -50,6 +59,8 @@ from typing import Any
 
 import msgpack
 
+from actors._arrow_ipc import ArrowPayloadError, decode_arrow, encode_arrow
+
 _EXT_DATETIME, _EXT_DATE, _EXT_DECIMAL, _EXT_TIME = 1, 2, 3, 4
 _EXT_ARROW_BATCH, _EXT_ARROW_TABLE = 5, 6
 
@@ -58,6 +69,12 @@ _EXT_ARROW_BATCH, _EXT_ARROW_TABLE = 5, 6
 #: -10, see actors/_streams.py; the tick, -11, never travels: a frame carrying it is
 #: malformed).
 MIN_STREAM_INDEX = -10
+
+#: msgpack's nesting limit (its ``DEFAULT_RECURSE_LIMIT``); its unpacker's stack holds one
+#: level less than its packer takes, so the codec packs each frame or value inside a
+#: one-element list and drops that list's one-byte header (``0x91``): whatever it encodes
+#: decodes
+DEPTH_LIMIT = 1024
 
 #: Default cap on one frame, in bytes (64 MiB).
 DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -119,29 +136,17 @@ def _default(obj: Any) -> msgpack.ExtType:
     kind = type(obj).__name__
     if kind in ("RecordBatch", "Table") and type(obj).__module__.startswith("pyarrow"):
         return _ext((_EXT_ARROW_BATCH if kind == "RecordBatch" else _EXT_ARROW_TABLE,
-                     _arrow_ipc(obj)))
+                     encode_arrow(obj)))
     raise TypeError(f"cannot serialise a {type(obj).__name__} in a tuple: use msgpack types "
                     f"(None, bool, int, float, str, bytes, list, dict), datetime, date, time, "
                     f"Decimal, or a pyarrow RecordBatch / Table")
 
 
-def _arrow_ipc(obj) -> bytes:
-    import pyarrow as pa
-
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, obj.schema) as writer:
-        writer.write(obj)
-    return sink.getvalue().to_pybytes()
-
-
 def _from_arrow_ipc(code: int, data: bytes):
-    import pyarrow as pa
-
     try:
-        reader = pa.ipc.open_stream(pa.py_buffer(data))
-        return reader.read_all() if code == _EXT_ARROW_TABLE else reader.read_next_batch()
-    except (pa.ArrowException, OSError, StopIteration) as e:
-        raise FrameError(f"undecodable Arrow payload ({type(e).__name__}: {e})") from None
+        return decode_arrow(data, table=code == _EXT_ARROW_TABLE)
+    except ArrowPayloadError as e:
+        raise FrameError(str(e)) from None
 
 
 def _datetime_from(data: bytes) -> _dt.datetime:
@@ -200,14 +205,26 @@ def _ext_hook(code: int, data: bytes) -> Any:
 _packer_opts = {"default": _default, "use_bin_type": True, "strict_types": False}
 
 
+def _unencodable(e: Exception) -> TypeError:
+    """msgpack's ``ValueError`` (nested past its depth limit, an object too large) as the
+    ``TypeError`` the codec's callers take for "this value cannot travel"."""
+    return TypeError(f"cannot serialise a value the wire cannot carry ({e}: it takes at "
+                     f"most {DEPTH_LIMIT} levels of nested lists and dicts, and objects "
+                     f"below 4 GiB)")
+
+
 def encode_batch(src_task: int, items: list, seq: int = 0, epoch: int = 0) -> bytes:
     """Serialise one batch of ``(stream_index, values)`` from ``src_task``, the ``seq``-th
     frame of ``epoch`` from it to its receiver.
 
     Raises:
-        TypeError: a value of a type the wire cannot carry (named in the message).
+        TypeError: a value the wire cannot carry: of a type it has no form for (named in
+            the message) or nested past :data:`DEPTH_LIMIT`.
     """
-    return msgpack.packb([src_task, epoch, seq, items], **_packer_opts)
+    try:
+        return msgpack.packb([[src_task, epoch, seq, items]], **_packer_opts)[1:]
+    except ValueError as e:
+        raise _unencodable(e) from None
 
 
 _BAD_ANCHORS = "frame item's anchors are not [root_id, edge, root_id, edge, ...] (ints)"
@@ -322,15 +339,26 @@ def encode_value(value: Any) -> bytes:
     """One value as codec bytes.
 
     Raises:
-        TypeError: a type the codec cannot carry (named in the message).
+        TypeError: a value the codec cannot carry (see :func:`encode_batch`).
     """
-    return msgpack.packb(value, **_packer_opts)
+    try:
+        return msgpack.packb([value], **_packer_opts)[1:]  # (see DEPTH_LIMIT)
+    except ValueError as e:
+        raise _unencodable(e) from None
 
 
 def value_encoder():
     """:func:`encode_value` with a ``msgpack.Packer`` of its own: faster per call than
     ``packb`` with options, and not thread-safe (one owner: a task's state)."""
-    return msgpack.Packer(default=_default, use_bin_type=True).pack
+    pack = msgpack.Packer(default=_default, use_bin_type=True).pack
+
+    def encode(value: Any) -> bytes:
+        try:
+            # (see DEPTH_LIMIT; msgpack's Packer resets its buffer when it raises)
+            return pack([value])[1:]
+        except ValueError as e:
+            raise _unencodable(e) from None
+    return encode
 
 
 def _decode_state(data: bytes, what: str, use_list: bool) -> Any:

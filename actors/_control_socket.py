@@ -66,9 +66,11 @@ class ControlPlane:
         self.received = 0
 
     # -- receiving ---------------------------------------------------------------------------
-    def address(self, pid: int, handlers: dict[str, Callable]) -> tuple[str, bytes, int]:
-        """The address a peer in process ``pid`` connects to (the listener starts at the
-        first request; ``handlers`` maps the accepted method names to callables)."""
+    def address(self, pid: int, handlers: dict[str, Callable]) -> tuple | None:
+        """The address a peer in process ``pid`` connects to
+        (:meth:`SocketReceiver.address`; None once the listener is closed). The listener
+        starts at the first request; ``handlers`` maps the accepted method names to
+        callables."""
         with self._lock:
             if self._receiver is None:
                 self._handlers = dict(handlers)

@@ -1,4 +1,8 @@
-"""Throttled reporting of user-code errors: counted always, logged once per interval."""
+"""Throttled reporting of user-code errors: counted always, logged once per interval.
+
+Messages and tracebacks are kept and logged with credentials masked
+(``topology._redact.mask_text``): a sink's driver error, or the exception it chains, may
+quote a DSN or a URI with its password."""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ import logging
 import time
 import traceback
 from dataclasses import asdict, dataclass
+
+from topology._redact import mask_text
 
 logger = logging.getLogger("storm_on_ray.errors")
 
@@ -71,10 +77,11 @@ class ErrorReporter:
         self.total += 1
         now = time.time()
         etype = type(exc).__name__
-        msg = str(exc)[:500]
+        msg = mask_text(str(exc)[:2000])[:500]  # (masked whole, then cut)
         key = (etype, msg)
         info = self.kinds.get(key)
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=8))
+        tb = mask_text("".join(traceback.format_exception(type(exc), exc, exc.__traceback__,
+                                                          limit=8)))
         if info is None:
             if len(self.kinds) >= _MAX_KINDS:
                 key = ("(other)", "more distinct errors than kept")

@@ -81,8 +81,9 @@ class ExecutorSockets:
 
     # -- receiving ------------------------------------------------------------------------------
     def address(self, src_task: int, dest_task: int, pid: int, node_id: str) -> tuple | None:
-        """``ExecutorActor.socket_address``: ``(name, token, buffer bytes)`` for task
-        ``src_task`` in process ``pid``, or None (another node, off, not our task). The
+        """``ExecutorActor.socket_address``: ``(name, token, buffer bytes, listening pid)``
+        for task ``src_task`` in process ``pid``, or None (another node, off, not our
+        task, or the receiver closed: a stopped task's name is never handed out). The
         listening socket and its reader thread start at the first request."""
         core = self.core
         if not self.on or node_id != self.node_id or dest_task != core.task_id:

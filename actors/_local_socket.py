@@ -15,13 +15,19 @@ Three pieces, none of which imports Ray (the executor actor wires them; see
   (nothing is left on disk, and the name vanishes with the process, even after SIGKILL),
   and one reader thread. A connection is accepted only from a process of our uid whose pid
   the receiver was told to expect for that sender task (``SO_PEERCRED``), presenting this
-  incarnation's random token; anything else is refused and counted. The reader decodes
+  incarnation's random token; anything else is refused and counted, and one process may
+  hold only :data:`MAX_PENDING_PER_PID` connections waiting for their handshake. A closed
+  receiver hands out no address. The reader decodes
   each frame and inserts it like an actor call's frame (blocking while the receive queue
   is full, so it stops reading, the kernel buffer fills and the sender is refused: Storm
   2.0's in-worker backpressure), then writes the sender's cumulative acknowledgement back
   on the same socket.
 * :class:`SocketChannel` (the sender's end of one pair): a non-blocking send; the
   kernel's refusal (``EAGAIN``) means "destination full", exactly as a full credit window.
+  :func:`open_channel` authenticates the listener before it says anything: the process
+  that listens on the name must be of our uid and the pid the receiver's actor reported
+  (``SO_PEERCRED``), so a process that binds a name a stopped receiver left never sees a
+  token nor a frame, nor forges an acknowledgement. Both ends are thus authenticated.
 * :class:`AckReader` (one thread per sending actor): reads acknowledgements from every
   channel, hands them to their sink and wakes the executor; an end-of-file marks the
   channel broken (its peer died), and the sink falls back to actor calls.
@@ -65,6 +71,9 @@ _BURST = 32
 MIN_BUFFER_BYTES = 16 * 1024
 #: connections that may wait for their handshake at once (more are refused)
 MAX_PENDING_HANDSHAKES = 64
+#: connections one process may keep waiting for their handshake at once (more are
+#: refused), so that one local process cannot hold every pending place
+MAX_PENDING_PER_PID = 4
 
 
 def supported() -> bool:
@@ -106,10 +115,11 @@ def _abstract(name: str) -> bytes:
 class _Peer:
     """One accepted connection's state on the receiver."""
 
-    __slots__ = ("sock", "src", "deadline", "pending_ack")
+    __slots__ = ("sock", "pid", "src", "deadline", "pending_ack")
 
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
+    def __init__(self, sock: socket.socket, pid: int, deadline: float) -> None:
         self.sock = sock
+        self.pid = pid  # the connecting process (SO_PEERCRED)
         self.src: int | None = None  # known once the handshake passed
         self.deadline = deadline
         self.pending_ack: tuple[int, int] | None = None  # refused by a full buffer
@@ -140,6 +150,8 @@ class SocketReceiver:
         self.task_id = task_id
         self.token = secrets.token_bytes(16)
         self.buffer_bytes = buffer_bytes
+        self.pid = os.getpid()  # the listener's: what a sender checks (SO_PEERCRED)
+        self._closed = False
         self._accept_frame = accept
         self._on_bad = on_bad
         self._stopped = stopped
@@ -168,12 +180,22 @@ class SocketReceiver:
         with self._lock:
             self._expected[src_task] = pid
 
-    def address(self) -> tuple[str, bytes, int]:
-        """``(abstract name, token, per-pair buffer bytes)`` for a sender."""
-        return self.name, self.token, self.buffer_bytes
+    def address(self) -> tuple[str, bytes, int, int] | None:
+        """``(abstract name, token, per-pair buffer bytes, listening pid)`` for a sender
+        (:func:`open_channel`), or None once the receiver is closed: its name is free
+        again, so any local process could bind it."""
+        if self._closed:
+            return None
+        return self.name, self.token, self.buffer_bytes, self.pid
+
+    @property
+    def closed(self) -> bool:
+        """True once the receiver stopped listening (:meth:`close`, or its task stopped)."""
+        return self._closed
 
     def close(self) -> None:
         """Stop listening (the reader thread ends at its next poll)."""
+        self._closed = True
         try:
             self._listener.close()
         except OSError:
@@ -217,16 +239,21 @@ class SocketReceiver:
         except (BlockingIOError, InterruptedError):
             return
         sock.setblocking(False)
-        peer = _Peer(sock, time.monotonic() + HANDSHAKE_TIMEOUT_S)
         try:
-            _, uid, _ = _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                     _CRED.size))
+            pid, uid, _ = _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET,
+                                                       socket.SO_PEERCRED, _CRED.size))
         except OSError:
-            uid = -1
+            pid, uid = -1, -1
+        peer = _Peer(sock, pid, time.monotonic() + HANDSHAKE_TIMEOUT_S)
         if uid != os.getuid():  # another user: refused before it can hold anything
             self._refuse(peer, f"peer uid {uid} is not ours")
             return
-        if sum(p.src is None for p in self._peers.values()) >= MAX_PENDING_HANDSHAKES:
+        pending = [p.pid for p in self._peers.values() if p.src is None]
+        if pending.count(pid) >= MAX_PENDING_PER_PID:
+            self._refuse(peer, f"pid {pid} has {MAX_PENDING_PER_PID} connections waiting "
+                               f"for their handshake already")
+            return
+        if len(pending) >= MAX_PENDING_HANDSHAKES:
             self._refuse(peer, "too many connections waiting for their handshake")
             return
         self._peers[sock.fileno()] = peer
@@ -377,13 +404,18 @@ class SocketChannel:
             pass
 
 
-def open_channel(name: str, token: bytes, buffer_bytes: int, src_task: int,
+def open_channel(name: str, token: bytes, buffer_bytes: int, pid: int, src_task: int,
                  dest_task: int, timeout: float = HANDSHAKE_TIMEOUT_S) -> SocketChannel:
-    """Connect to ``dest_task``'s receiver and pass its handshake (blocking, up to
-    ``timeout`` s); the channel comes back non-blocking.
+    """Connect to ``dest_task``'s receiver (:meth:`SocketReceiver.address`: ``name``,
+    ``token``, ``buffer_bytes`` and its listening ``pid``), check that the listener is
+    that process of our uid (``SO_PEERCRED``, before anything is sent), and pass its
+    handshake (blocking, up to ``timeout`` s); the channel comes back non-blocking.
 
     Raises:
-        OSError: the receiver is gone, refused us, or did not answer in time.
+        ConnectionRefusedError: the listener is another process than the receiver's
+            (another user's, or one that bound the name after the receiver closed), or
+            the receiver refused the handshake.
+        OSError: the receiver is gone or did not answer in time.
     """
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
@@ -392,6 +424,14 @@ def open_channel(name: str, token: bytes, buffer_bytes: int, src_task: int,
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer_bytes // 2)
         sock.settimeout(timeout)
         sock.connect(_abstract(name))
+        # for a connected AF_UNIX socket, the credentials of the process that called
+        # listen() (unix(7), SO_PEERCRED)
+        peer_pid, uid, _ = _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET,
+                                                        socket.SO_PEERCRED, _CRED.size))
+        if uid != os.getuid() or peer_pid != pid:
+            raise ConnectionRefusedError(
+                f"task {dest_task}'s socket {name!r} is held by pid {peer_pid} of uid {uid}, "
+                f"not by the receiver's pid {pid} of uid {os.getuid()}: not connecting")
         sock.send(msgpack.packb([HELLO, token, src_task, dest_task]))
         if sock.recv(16) != _OK:
             raise ConnectionRefusedError(f"task {dest_task} refused the handshake")
@@ -486,8 +526,9 @@ class AckReader:
 
 class SocketConnector:
     """One thread per sending actor that opens channels: for each request, ``fetch()``
-    returns the destination's address (``(name, token, buffer bytes)``, or None when the
-    socket path does not apply, e.g. another node), then :func:`open_channel`, then
+    returns the destination's address (``(name, token, buffer bytes, pid)``, or None when
+    the socket path does not apply, e.g. another node, or its receiver is closed), then
+    :func:`open_channel`, then
     ``offer(channel)``. A failed attempt is retried after a doubling delay (0.1 s to 5 s)
     while ``wanted()`` stays True.
 

@@ -18,6 +18,7 @@ from typing import Any
 from actors._codec import decode_value, value_encoder
 from actors.state._internals import CheckpointedInternals
 from topology import StatefulBolt
+from topology._redact import mask_text
 from topology._state import KeyValueState
 from topology._two_phase import TwoPhaseCommitSink
 
@@ -75,7 +76,7 @@ class TwoPhaseCommitExecutor(StatefulBolt, CheckpointedInternals):
             return getattr(self.sink, step)(*args)
         except Exception as e:  # user code: named, and the checkpoint machinery decides
             raise SinkError(f"{self._who}: {step} of checkpoint {checkpoint_id} failed: "
-                            f"{type(e).__name__}: {e}") from e
+                            f"{type(e).__name__}: {mask_text(str(e))}") from e
 
     def _publish(self, upto: int) -> None:
         for key in sorted(k for k in self.pending if k[1] <= upto):

@@ -13,6 +13,11 @@ unreachable. :func:`use_available_token` does for an explicit address what Ray d
 ``auto``; :func:`check_token` tells "no token" and "wrong token" apart from "unreachable"
 before ``ray.init`` starts retrying.
 
+With ``RAY_USE_TLS`` on, Ray's gRPC connections use mutual TLS with the certificates named
+by ``RAY_TLS_SERVER_CERT``, ``RAY_TLS_SERVER_KEY`` and ``RAY_TLS_CA_CERT`` (Ray's docs,
+"TLS authentication"); :func:`check_token` speaks to the GCS the same way
+(:func:`channel_credentials`), so the token never crosses the network in clear text.
+
 We never set ``RAY_AUTH_MODE=disabled``. ``ray job submit`` sends the token only when
 ``RAY_AUTH_MODE=token`` is set in its environment (with the variable unset it gets
 "Authentication required: Missing authentication token"); ``storm-on-ray submit`` sets it
@@ -26,9 +31,15 @@ from pathlib import Path
 
 #: Ray's guide to token authentication, quoted in our error messages.
 AUTH_DOCS = "https://docs.ray.io/en/latest/ray-security/token-auth.html"
+#: Ray's guide to TLS between its processes.
+TLS_DOCS = "https://docs.ray.io/en/latest/ray-core/configure.html#tls-authentication"
 
 #: The GCS call :func:`check_token` makes: small, read-only, answered by every GCS.
 _PROBE = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+
+
+#: the variables of Ray's TLS configuration (Ray's docs, "TLS authentication")
+TLS_VARIABLES = ("RAY_TLS_SERVER_CERT", "RAY_TLS_SERVER_KEY", "RAY_TLS_CA_CERT")
 
 
 class ClusterAuthError(ConnectionError):
@@ -93,22 +104,63 @@ def _refresh_ray_config() -> None:
         pass
 
 
+def tls_enabled() -> bool:
+    """Whether Ray's gRPC uses TLS in this process: ``RAY_USE_TLS`` is ``1`` or ``true``
+    (as Ray reads it)."""
+    return os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true")
+
+
+def channel_credentials():
+    """The ``grpc.ChannelCredentials`` Ray's own clients use with ``RAY_USE_TLS`` on: the
+    CA of ``RAY_TLS_CA_CERT`` as the root, this node's ``RAY_TLS_SERVER_CERT`` and
+    ``RAY_TLS_SERVER_KEY`` as the client's certificate (Ray's TLS is mutual). None when TLS
+    is off.
+
+    Raises:
+        ClusterAuthError: TLS is on and a variable is unset or names an unreadable file
+            (the message names it).
+    """
+    import grpc
+
+    if not tls_enabled():
+        return None
+    files = []
+    for var in TLS_VARIABLES:
+        path = os.environ.get(var)
+        if not path:
+            raise ClusterAuthError(f"RAY_USE_TLS is on but {var} is unset; Ray's TLS needs "
+                                   f"{', '.join(TLS_VARIABLES)} (see {TLS_DOCS})")
+        try:
+            files.append(Path(path).read_bytes())
+        except OSError as e:
+            raise ClusterAuthError(f"RAY_USE_TLS is on but {var}={path} cannot be read: "
+                                   f"{e.strerror}") from None
+    cert, key, ca = files
+    return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key,
+                                        certificate_chain=cert)
+
+
 def check_token(gcs_address: str, timeout: float = 5.0) -> None:
     """Ask the GCS at ``gcs_address`` (``host:port``) one small question with this
     process's token (none unless token mode is on) and raise if it refuses the token.
-    Blocks up to ``timeout`` s. Any other outcome (answered, unreachable, TLS, a gRPC
-    error) returns quietly: ``ray.init`` then reports it as usual.
+    Blocks up to ``timeout`` s. With ``RAY_USE_TLS`` on, the channel uses Ray's TLS
+    credentials (:func:`channel_credentials`), as ``ray.init`` will. Any other outcome
+    (answered, unreachable, a failed TLS handshake, a gRPC error) returns quietly:
+    ``ray.init`` then reports it as usual.
 
     Raises:
         ClusterAuthError: the cluster has authentication on and this process's token is
-            missing or wrong (the message says which, and what to do).
+            missing or wrong (the message says which, and what to do); TLS is on and its
+            certificates are not configured.
     """
     import grpc
 
     token_mode = (os.environ.get("RAY_AUTH_MODE") or "").lower() == "token"
     token, source = find_token()
     metadata = [("authorization", f"Bearer {token}")] if token_mode and token else []
-    channel = grpc.insecure_channel(gcs_address)
+    credentials = channel_credentials()
+    channel = (grpc.insecure_channel(gcs_address) if credentials is None
+               else grpc.secure_channel(gcs_address, credentials))
     try:
         call = channel.unary_unary(_PROBE)  # bytes in, bytes out: an empty request
         call(b"", timeout=timeout, metadata=metadata)

@@ -81,3 +81,41 @@ def test_a_refused_token_is_told_apart_from_a_missing_one(user, monkeypatch, gcs
 
 def test_an_unreachable_cluster_is_left_to_ray_init(user):
     check_token(f"127.0.0.1:{free_port()}", timeout=1)  # no error: ray.init reports it
+
+
+def test_the_probe_speaks_rays_tls_when_ray_use_tls_is_on(user, monkeypatch, tmp_path):
+    """A GCS that takes only mutual TLS (as Ray's with ``RAY_USE_TLS=1``) still tells a
+    refused token apart: the probe uses the certificates Ray's variables name."""
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    paths = {"RAY_TLS_SERVER_CERT": tmp_path / "cert.pem", "RAY_TLS_SERVER_KEY":
+             tmp_path / "key.pem", "RAY_TLS_CA_CERT": tmp_path / "ca.pem"}
+    cert.cert_chain_pems[0].write_to_path(str(paths["RAY_TLS_SERVER_CERT"]))
+    cert.private_key_pem.write_to_path(str(paths["RAY_TLS_SERVER_KEY"]))
+    ca.cert_pem.write_to_path(str(paths["RAY_TLS_CA_CERT"]))
+
+    class Handler(grpc.GenericRpcHandler):
+        def service(self, details):
+            return grpc.unary_unary_rpc_method_handler(
+                lambda request, context: context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                                       "InvalidAuthToken"))
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers((Handler(),))
+    creds = grpc.ssl_server_credentials(
+        [(cert.private_key_pem.bytes(), cert.cert_chain_pems[0].bytes())],
+        root_certificates=ca.cert_pem.bytes(), require_client_auth=True)
+    port = server.add_secure_port("127.0.0.1:0", creds)
+    server.start()
+    try:
+        monkeypatch.setenv("RAY_USE_TLS", "1")
+        for var, path in paths.items():
+            monkeypatch.setenv(var, str(path))
+        with pytest.raises(ClusterAuthError, match="this process has none"):
+            check_token(f"127.0.0.1:{port}")
+        monkeypatch.delenv("RAY_TLS_CA_CERT")
+        with pytest.raises(ClusterAuthError, match="RAY_TLS_CA_CERT is unset"):
+            check_token(f"127.0.0.1:{port}")
+    finally:
+        server.stop(0)

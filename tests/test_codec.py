@@ -177,3 +177,169 @@ def test_a_datetime_travels_in_a_compact_payload():
         frame = encode_batch(1, [[0, [value]]])
         ext = msgpack.unpackb(frame)[3][0][1][0]
         assert isinstance(ext, msgpack.ExtType) and len(ext.data) == size, (value, ext)
+
+
+# -- nothing on the wire runs code in us; no value wedges a send -------------------------------
+def _arrow_frame(batch) -> bytes:
+    return encode_batch(1, [[0, [batch]]])
+
+
+@pytest.fixture
+def pickled_object_type():
+    """An extension type that unpickles its values in ``to_pylist()``, as Ray Data's
+    ``ray.data.arrow_pickled_object`` does, registered in this process; ``.hook_calls``
+    counts its ``__arrow_ext_deserialize__`` (Python code pyarrow runs at schema reading)."""
+    pa = pytest.importorskip("pyarrow")
+    import pickle
+
+    hook_calls = []
+
+    class PickledScalar(pa.ExtensionScalar):
+        def as_py(self, **kwargs):
+            return pickle.loads(self.value.as_py())
+
+    class PickledObjectType(pa.ExtensionType):
+        def __init__(self):
+            super().__init__(pa.large_binary(), "test.pickled_object")
+
+        def __arrow_ext_serialize__(self):
+            return b""
+
+        @classmethod
+        def __arrow_ext_deserialize__(cls, storage_type, serialized):
+            hook_calls.append(serialized)
+            return cls()
+
+        def __arrow_ext_scalar_class__(self):
+            return PickledScalar
+
+    pa.register_extension_type(PickledObjectType())
+    ext = PickledObjectType()
+    ext.hook_calls = hook_calls
+    yield ext
+    pa.unregister_extension_type("test.pickled_object")
+
+
+def test_an_arrow_column_of_a_foreign_extension_type_is_refused(pickled_object_type):
+    import pickle
+
+    import pyarrow as pa
+
+    storage = pa.array([pickle.dumps(("payload", 1))], pa.large_binary())
+    column = pa.ExtensionArray.from_storage(pickled_object_type, storage)
+    nested = pa.ListArray.from_arrays(pa.array([0, 1], pa.int32()), column)
+    for batch in (pa.record_batch({"obj": column}), pa.record_batch({"objs": nested})):
+        with pytest.raises(FrameError, match="extension type 'test.pickled_object'"):
+            decode_batch(_arrow_frame(batch))
+    assert pickled_object_type.hook_calls == []   # refused before pyarrow read the schema
+    frame = _arrow_frame(pa.record_batch({"obj": column}))
+    pa.unregister_extension_type("test.pickled_object")   # known only by its metadata
+    try:
+        with pytest.raises(FrameError, match="extension type 'test.pickled_object'"):
+            decode_batch(frame)
+    finally:
+        pa.register_extension_type(pickled_object_type)
+    ok = pa.record_batch({"id": pa.array([b"0123456789abcdef"], pa.uuid())})
+    assert decode_batch(_arrow_frame(ok))[3][0][1][0].equals(ok)   # Arrow's own: allowed
+
+
+def test_a_damaged_arrow_payload_is_a_frame_error_whatever_the_damage():
+    """The schema reader checks every offset: truncated or flipped bytes anywhere in the
+    schema message give a FrameError, never another exception or a crash."""
+    import random
+
+    pa = pytest.importorskip("pyarrow")
+    batch = pa.record_batch({"id": pa.array([b"0123456789abcdef"], pa.uuid()),
+                             "l": pa.array([[{"x": "y"}]])})  # (an extension: walked)
+    payload = bytearray(msgpack.unpackb(_arrow_frame(batch), ext_hook=lambda c, d: d)[3][0][1][0])
+    rng = random.Random(7)
+    for n in range(200):
+        bad = bytearray(payload)
+        for _ in range(1 + n % 4):
+            bad[rng.randrange(8, 8 + 200)] = rng.randrange(256)
+        frame = encode_batch(1, [[0, [msgpack.ExtType(5, bytes(bad))]]])
+        try:
+            decode_batch(frame)
+        except FrameError:
+            pass
+    for cut in range(0, 200, 7):
+        with pytest.raises(FrameError):
+            decode_batch(encode_batch(1, [[0, [msgpack.ExtType(5, bytes(payload[:cut]))]]]))
+
+
+def test_an_arrow_payload_is_validated_in_full():
+    """A string that is not UTF-8: Arrow's cheap checks pass, the full one does not."""
+    pa = pytest.importorskip("pyarrow")
+
+    offsets = pa.py_buffer(pa.array([0, 1], pa.int32()).buffers()[1])
+    bad = pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(b"\xff")])
+    with pytest.raises(FrameError, match="undecodable Arrow payload"):
+        decode_batch(_arrow_frame(pa.record_batch({"s": bad})))
+
+
+def _deep(n: int) -> list:
+    value: list = []
+    inner = value
+    for _ in range(n):
+        inner.append([])
+        inner = inner[0]
+    return value
+
+
+def test_a_value_past_the_depth_limit_is_a_type_error_and_what_encodes_decodes():
+    from actors._codec import decode_value, encode_value, value_encoder
+
+    with pytest.raises(TypeError, match="nested lists"):
+        encode_batch(1, [[0, [_deep(5000)]]])
+    for encode in (encode_value, value_encoder()):
+        with pytest.raises(TypeError, match="nested lists"):
+            encode(_deep(5000))
+    deepest = max(n for n in range(1015, 1030) if _encodes(n))  # msgpack's limit, framed
+    assert _depth(decode_batch(encode_batch(1, [[0, [_deep(deepest)]]]))[3][0][1][0]) == deepest
+    assert _depth(decode_value(encode_value(_deep(deepest + 3)))) == deepest + 3
+
+
+def _depth(value: list) -> int:
+    n = 0
+    while value:
+        value, n = value[0], n + 1
+    return n
+
+
+def _encodes(n: int) -> bool:
+    try:
+        encode_batch(1, [[0, [_deep(n)]]])
+    except TypeError:
+        return False
+    return True
+
+
+def test_a_too_deep_value_is_that_tuples_error_and_the_rest_are_sent():
+    """The sender's poison path (``ActorSink``): the tuple is reported, its neighbours go
+    in the frame, and the sink goes on taking batches."""
+    from actors import make_executor
+    from actors._sink import ActorSink
+    from tests.components import SeqSpout
+    from topology import CollectorBolt, TopologyBuilder
+
+    b = TopologyBuilder()
+    b.set_spout("src", SeqSpout(10))
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("src")
+    core = make_executor("t", b.create_topology(), {}, 2, {1: 0, 2: 0})  # sink=1, src=2
+    frames = []
+
+    class Call:
+        def future(self):
+            from concurrent.futures import Future
+            return Future()
+
+    def send(frame):
+        frames.append(frame)
+        return Call()
+
+    sink = ActorSink(send, 2, 1, 4, core)
+    assert sink([(0, [1]), (0, [_deep(5000)]), (0, [3])]) == 3
+    assert sink([(0, [4])]) == 1
+    assert [decode_batch(f)[3] for f in frames] == [[[0, [1]], [0, [3]]], [[0, [4]]]]
+    (kind,) = core.errors.kinds.values()
+    assert kind.count == 1 and kind.error_type == "TypeError" and "nested" in kind.message

@@ -305,14 +305,27 @@ def test_a_tree_that_times_out_is_a_dead_letter_with_reason_timeout(cluster, nam
     assert stats.total("src", "dead_letters") == 2
 
 
+def _items_with_two_poisons() -> list:
+    """Seq 4 a complex (no wire form), seq 6 a list nested 1100 deep (built in the task:
+    a value that deep cannot be pickled into the topology)."""
+    deep: list = []
+    inner = deep
+    for _ in range(1100):
+        inner.append([])
+        inner = inner[0]
+    return [(i, complex(1, 2) if i == 4 else deep if i == 6 else f"k{i}") for i in range(8)]
+
+
 @pytest.mark.ray
 @ACKING
 def test_a_tuple_the_wire_cannot_carry_fails_could_not_serialise(cluster, name, acking):
-    """The codec refuses seq 4's value on the way to the bolt: its tree fails at once
-    (not at the timeout) with the codec's error, and its dead letter carries a repr."""
-    items = [(i, complex(1, 2) if i == 4 else f"k{i}") for i in range(8)]
+    """The codec refuses seq 4's value (of a type it has no form for) and seq 6's (nested
+    past its depth limit, and past Python's recursion limit) on the way to the bolt:
+    each tree fails at once (not at the timeout) with the codec's error, its dead letter
+    carries a repr, and the rest go through."""
     b = TopologyBuilder()
-    b.set_spout("src", IterableSpout(items, fields=("seq", "key"), msg_ids=True))
+    b.set_spout("src", IterableSpout(factory=_items_with_two_poisons, fields=("seq", "key"),
+                                     msg_ids=True))
     b.set_bolt("sink", CollectorBolt()).shuffle_grouping("src")
     conf = {"topology.max.replays": 1, "topology.message.timeout.secs": 120, **acking}
     handle, letters, stats = _letters_after_finish(cluster, name, b.create_topology(), conf)
@@ -320,11 +333,14 @@ def test_a_tuple_the_wire_cannot_carry_fails_could_not_serialise(cluster, name, 
         got = handle.collected("sink")
     finally:
         cluster.kill_topology(name)
-    (letter,) = letters
+    letter, deep_letter = sorted(letters)
     assert (letter.msg_id, letter.values, letter.attempts) == (4, "[4, (1+2j)]", 2)
     assert letter.reason.startswith("could not serialise: cannot serialise a complex")
-    assert sorted(v[0] for *_, v in got) == [0, 1, 2, 3, 5, 6, 7]
-    assert stats.total("src", "timeouts") == 0 and stats.total("src", "error_count") == 2
+    assert deep_letter.msg_id == 6 and deep_letter.values.startswith("[6, [[")
+    assert deep_letter.reason.startswith("could not serialise: cannot serialise a value "
+                                         "the wire cannot carry")
+    assert sorted(v[0] for *_, v in got) == [0, 1, 2, 3, 5, 7]
+    assert stats.total("src", "timeouts") == 0 and stats.total("src", "error_count") == 4
 
 
 @pytest.mark.ray

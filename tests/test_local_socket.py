@@ -189,7 +189,7 @@ print(repr(s.recv(16)))
 def test_an_unrelated_process_is_refused_even_with_the_token():
     p = Pair({})
     try:
-        name, token, _ = p.receiver.address()
+        name, token, _, pid = p.receiver.address()
         out = subprocess.run([sys.executable, "-c", _FOREIGN, name, HELLO, token.hex()],
                              capture_output=True, text=True, timeout=30)
         assert out.stdout.strip() == "b''", out  # closed: not the pid expected for task 2
@@ -197,9 +197,96 @@ def test_an_unrelated_process_is_refused_even_with_the_token():
         assert "pid" in str(p.bad[-1])
         # and our own pid with a wrong token
         with pytest.raises(OSError):
-            open_channel(name, b"0" * 16, 65536, 2, 1)
+            open_channel(name, b"0" * 16, 65536, pid, 2, 1)
         assert p.receiver.refused_connections == 2
     finally:
+        p.close()
+
+
+_SQUATTER = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.bind(b"\\0" + sys.argv[1].encode())
+s.listen(1)
+print("bound", flush=True)
+s.settimeout(10)
+try:
+    conn, _ = s.accept()
+    conn.settimeout(2)
+    hello = conn.recv(512)            # what a sender tells it: the token, if anything
+    conn.send(b"ok")                  # and it answers as a receiver would
+    print(hello.hex(), flush=True)
+except OSError:
+    print("", flush=True)
+"""
+
+
+def test_a_closed_receiver_hands_out_no_address():
+    p = Pair({})
+    assert p.receiver.address() is not None
+    p.close()
+    assert p.receiver.address() is None   # its name is free for any process to bind
+
+
+def test_a_process_squatting_a_closed_receivers_name_gets_nothing():
+    """A sender that still has a stopped receiver's address refuses whoever listens on
+    the name now (not the pid the receiver reported) before it sends the token."""
+    p = Pair({})
+    addr = p.receiver.address()
+    p.close()
+    until(lambda: _name_free(addr[0]), 5, "the receiver's name freed")
+    squatter = subprocess.Popen([sys.executable, "-c", _SQUATTER, addr[0]],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        assert squatter.stdout.readline().strip() == "bound"
+        with pytest.raises(ConnectionRefusedError, match=f"pid {squatter.pid}"):
+            open_channel(*addr, 2, 1)
+        told = squatter.communicate(timeout=20)[0]
+        assert addr[1].hex() not in told and HELLO.encode().hex() not in told
+    finally:
+        squatter.kill()
+        squatter.wait()
+
+
+def _name_free(name: str) -> bool:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        s.connect(b"\0" + name.encode())
+        return False
+    except OSError:
+        return True
+    finally:
+        s.close()
+
+
+def test_one_process_cannot_hold_every_pending_handshake():
+    """Connections that never say hello, from this process, past its own cap: another
+    process still reaches the handshake (and is judged on its pid, not turned away)."""
+    from actors._local_socket import (
+        HANDSHAKE_TIMEOUT_S,
+        MAX_PENDING_HANDSHAKES,
+        MAX_PENDING_PER_PID,
+    )
+
+    p = Pair({})
+    held = []
+    try:
+        name, token, _, _ = p.receiver.address()
+        for _ in range(MAX_PENDING_HANDSHAKES):
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            c.connect(b"\0" + name.encode())
+            held.append(c)
+        # (well before the handshake timeout, which refuses every silent connection)
+        until(lambda: p.receiver.refused_connections
+              >= MAX_PENDING_HANDSHAKES - MAX_PENDING_PER_PID, HANDSHAKE_TIMEOUT_S / 2,
+              "this pid capped")
+        out = subprocess.run([sys.executable, "-c", _FOREIGN, name, HELLO, token.hex()],
+                             capture_output=True, text=True, timeout=30)
+        assert out.stdout.strip() == "b''", out
+        assert "is not the one expected" in str(p.bad[-1]), p.bad[-1]
+    finally:
+        for c in held:
+            c.close()
         p.close()
 
 

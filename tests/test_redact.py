@@ -76,3 +76,104 @@ def test_a_secret_with_an_unescaped_slash_is_still_found():
 def test_an_at_sign_in_a_path_is_not_a_user_part():
     assert mask_uri("s3://bucket/me@example.com/data") == "s3://bucket/me@example.com/data"
     assert not uri_has_credentials("s3://bucket/me@example.com/data")
+
+
+# -- the sinks name their targets masked ------------------------------------------------------
+DSN = "postgresql://app:hunter2@db.internal:5432/x"
+# pyarrow refuses the option before any network call
+S3 = "s3://AKIAEXAMPLEKEY:wJalrSECRETKEY@bucket/prefix?no_such_option=1"
+SECRETS = ("hunter2", "AKIAEXAMPLEKEY", "wJalrSECRETKEY")
+
+
+def _refused_connect(dsn):
+    raise ConnectionError(f"could not connect to {dsn}")   # as drivers quote their DSN
+
+
+def _no_secret(*texts):
+    for text in texts:
+        for secret in SECRETS:
+            assert secret not in text, text
+
+
+def test_db_api_sink_never_prints_its_dsn(caplog):
+    from topology._db_sink import DbApiSink
+    from topology._errors import TopologyError
+
+    sink = DbApiSink(functools.partial(_refused_connect, DSN), "INSERT INTO t VALUES (?)")
+    with caplog.at_level("DEBUG"), pytest.raises(TopologyError) as e:
+        sink.open_target(("a",))
+    with pytest.raises(TopologyError) as not_callable:
+        DbApiSink(DSN, "INSERT INTO t VALUES (?)")
+    assert "db.internal" in str(e.value)                     # it still names the target
+    _no_secret(str(e.value), str(not_callable.value), repr(sink),
+               *(r.getMessage() for r in caplog.records))
+
+
+def test_parquet_sink_never_prints_the_keys_in_its_uri(caplog):
+    from topology import IterableSpout, TopologyBuilder
+    from topology._components import TopologyContext
+    from topology._errors import TopologyError
+    from topology._parquet_sink import ParquetSink
+
+    sink = ParquetSink(S3, partition_by=("day",))
+    errors = []
+    with caplog.at_level("DEBUG"):
+        for call in (lambda: sink.open_target(("day",)),        # pyarrow refuses it
+                     lambda: sink.open_target(("other",)),      # a partition field missing
+                     lambda: sink.prepare({}, TopologyContext("t", "s", 1, 0, {}), None)):
+            with pytest.raises(TopologyError) as e:
+                call()
+            errors.append(str(e.value))
+        b = TopologyBuilder()
+        b.set_spout("src", IterableSpout([(1,)], fields=("day",)))
+        b.set_bolt("a", ParquetSink(S3)).shuffle_grouping("src")
+        b.set_bolt("b", ParquetSink(S3)).shuffle_grouping("src")
+        with pytest.raises(TopologyError, match="both write into") as e:
+            b.create_topology()
+        errors.append(str(e.value))
+    assert all("bucket/prefix" in text for text in errors)    # it still names the target
+    _no_secret(*errors, repr(sink), *(r.getMessage() for r in caplog.records))
+
+
+def test_a_sink_step_error_is_masked():
+    from actors._two_phase import SinkError, TwoPhaseCommitExecutor
+    from topology._db_sink import DbApiSink
+
+    sink = DbApiSink(functools.partial(_refused_connect, DSN), "INSERT INTO t VALUES (?)")
+    sink.prepare({}, None, None)
+    executor = TwoPhaseCommitExecutor(sink)
+    with pytest.raises(SinkError) as e:
+        executor._call("commit", 1, 1, {"key": "k", "rows": [], "names": []})
+    assert "db.internal" in str(e.value)
+    _no_secret(str(e.value))
+
+
+def test_an_error_report_masks_the_message_and_the_chained_traceback(caplog):
+    """A sink's commit fails on its driver's error, which quotes the DSN: the task's error
+    log and its kept error kinds show neither the password nor the chained original's."""
+    from actors._errors import ErrorReporter
+    from actors._two_phase import TwoPhaseCommitExecutor
+    from topology._db_sink import DbApiSink
+
+    sink = DbApiSink(functools.partial(_refused_connect, DSN), "INSERT INTO t VALUES (?)")
+    sink.prepare({}, None, None)
+    reporter = ErrorReporter("sink", 1)
+    try:
+        TwoPhaseCommitExecutor(sink)._call("commit", 1, 1, {"key": "k", "rows": []})
+    except Exception as e:
+        with caplog.at_level("ERROR", logger="storm_on_ray.errors"):
+            reporter.report(e, "commit")
+    (kind,) = reporter.kinds.values()
+    assert caplog.records and "db.internal" in caplog.records[0].getMessage()
+    _no_secret(kind.message, kind.traceback, *(r.getMessage() for r in caplog.records))
+
+
+def test_a_failed_spark_querys_error_is_masked():
+    from connectors.spark.streaming_spout import query_error
+
+    e = RuntimeError("StreamingQueryException: jdbc source failed\n"
+                     "  at org.apache.spark.X\n"
+                     f"Caused by: could not connect to {DSN}")
+    msg = query_error(e)
+    assert "db.internal" in msg
+    _no_secret(msg)

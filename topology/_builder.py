@@ -17,6 +17,7 @@ from topology._config import make_config
 from topology._dead_letters import DEAD_LETTER_FIELDS, DEAD_LETTER_STREAM, DEAD_LETTERS_ID
 from topology._errors import ConfigError, TopologyError
 from topology._fields import Fields
+from topology._redact import mask_uri
 from topology._sinks import DeadLetterSink
 from topology._two_phase import TwoPhaseCommitSink
 from topology.joins import _JoinBase
@@ -555,7 +556,7 @@ def _validate_structure(comps: Mapping[str, ComponentSpec]) -> None:
                   else None)
         if target is not None and target in writers:
             raise TopologyError(f"sinks {writers[target]!r} and {cid!r} both write into "
-                                f"{target!r}: give each sink component its own target")
+                                f"{mask_uri(target)!r}: give each sink component its own target")
         if target is not None:
             writers[target] = cid
     for cid, spec in comps.items():

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from topology._errors import TopologyError
+from topology._redact import mask_text, safe_repr
 from topology._two_phase import TwoPhaseCommitSink
 
 #: the table where the sink records the checkpoints it committed
@@ -128,7 +129,7 @@ class DbApiSink(TwoPhaseCommitSink):
     def __init__(self, connect: Callable[[], Any], statement: str,
                  fields: Sequence[str] | None = None, paramstyle: str | None = None) -> None:
         if not callable(connect):
-            raise TopologyError(f"DbApiSink needs a connection factory, got {connect!r}")
+            raise TopologyError(f"DbApiSink needs a connection factory, got {safe_repr(connect)}")
         if not isinstance(statement, str) or not statement.strip():
             raise TopologyError(f"DbApiSink needs a statement, got {statement!r}")
         if paramstyle is not None and paramstyle not in PARAMSTYLES:
@@ -139,8 +140,14 @@ class DbApiSink(TwoPhaseCommitSink):
         self.fields = tuple(fields) if fields is not None else None
         self.paramstyle = paramstyle
 
+    def __repr__(self) -> str:
+        return f"DbApiSink({self._target()}, {self.statement!r})"
+
     def _target(self) -> str:
-        return getattr(self.connect, "__qualname__", None) or repr(self.connect)
+        """The connection factory as errors name it: its qualified name, or its ``repr``
+        with credentials masked (a ``functools.partial`` holding a DSN)."""
+        name = getattr(self.connect, "__qualname__", None)
+        return name if isinstance(name, str) else safe_repr(self.connect)
 
     def _style(self, con: Any) -> str:
         style = self.paramstyle or driver_paramstyle(con)
@@ -178,7 +185,7 @@ class DbApiSink(TwoPhaseCommitSink):
             con = self.connect()
         except Exception as e:
             raise TopologyError(f"DbApiSink {target}: the database cannot be used: "
-                                f"{type(e).__name__}: {e}") from None
+                                f"{type(e).__name__}: {mask_text(str(e))}") from None
         try:
             style = self._style(con)
             self._check_statement(style, self.fields or fields)
@@ -191,15 +198,16 @@ class DbApiSink(TwoPhaseCommitSink):
                 con.commit()
             except Exception as e:
                 raise TopologyError(f"DbApiSink {target}: the database cannot be used: "
-                                    f"{type(e).__name__}: {e}") from None
+                                    f"{type(e).__name__}: {mask_text(str(e))}") from None
             try:
                 cur.execute(select, self._own_params(style, "submit-check", 0))
                 cur.fetchone()
             except Exception as e:
                 raise TopologyError(
                     f"DbApiSink {target}: the driver refuses paramstyle {style!r}: the "
-                    f"sink's {select!r} raised {type(e).__name__}: {e}; pass the style the "
-                    f"driver takes as DbApiSink(..., paramstyle=...)") from None
+                    f"sink's {select!r} raised {type(e).__name__}: {mask_text(str(e))}; "
+                    f"pass the style the driver takes as DbApiSink(..., paramstyle=...)"
+                ) from None
             finally:
                 con.rollback()
         finally:

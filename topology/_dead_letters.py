@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import reprlib
 from typing import Any, NamedTuple
 
 from topology._fields import Fields
@@ -127,7 +128,7 @@ class RetryService:
             self._failures[msg_id] = failures
             return True
         reason = getattr(self._collector, "fail_reason", None) or UNKNOWN_REASON
-        self._collector.emit([self._spout, msg_id if wire_safe(msg_id) else repr(msg_id),
+        self._collector.emit([self._spout, msg_id if wire_safe(msg_id) else letter_repr(msg_id),
                               dead_letter_values(values), reason, failures],
                              stream=DEAD_LETTER_STREAM)
         self.dead_letters += 1
@@ -143,7 +144,17 @@ def dead_letter_values(values: Any) -> list | str:
     """``values`` as a dead letter carries them: a list, or its repr when the wire codec
     (``actors/_codec.py``) cannot carry one of them."""
     values = list(values)
-    return values if wire_safe(values) else repr(values)
+    return values if wire_safe(values) else letter_repr(values)
+
+
+def letter_repr(value: Any) -> str:
+    """``repr(value)``; for a value nested past Python's recursion limit (whose ``repr``
+    raises ``RecursionError``, and which the wire refuses too), ``reprlib``'s abridged
+    one, so giving the tuple up never fails."""
+    try:
+        return repr(value)
+    except RecursionError:
+        return reprlib.repr(value)
 
 
 _SCALARS = (type(None), bool, float, str, bytes, bytearray, _dt.date, _dt.time,

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from topology._errors import TopologyError
+from topology._redact import mask_text, mask_uri
 from topology._two_phase import TwoPhaseCommitSink
 
 #: the staging directory under the dataset's root (readers skip ``_``-prefixed paths)
@@ -145,6 +146,13 @@ class ParquetSink(TwoPhaseCommitSink):
         self.min_rows = min_rows
         self.max_checkpoints = max_checkpoints
 
+    def __repr__(self) -> str:
+        return f"ParquetSink({self._target()})"
+
+    def _target(self) -> str:
+        """The path as errors name it: quoted, credentials masked (``s3://***:***@b/p``)."""
+        return repr(mask_uri(self.path))
+
     def exclusive_target(self) -> str:
         """The dataset's root (:func:`normalized_path`): one sink component per path."""
         return normalized_path(self.path)
@@ -159,14 +167,14 @@ class ParquetSink(TwoPhaseCommitSink):
         """
         missing = [c for c in self.partition_by if fields is not None and c not in fields]
         if missing:
-            raise TopologyError(f"ParquetSink {self.path!r}: partition_by {missing} not in "
+            raise TopologyError(f"ParquetSink {self._target()}: partition_by {missing} not in "
                                 f"the input fields {list(fields)}")
         try:
             fs, root = self._fs()
             fs.create_dir(f"{root}/{STAGING}", recursive=True)
         except Exception as e:
-            raise TopologyError(f"ParquetSink {self.path!r} cannot be written: "
-                                f"{type(e).__name__}: {e}") from None
+            raise TopologyError(f"ParquetSink {self._target()} cannot be written: "
+                                f"{type(e).__name__}: {mask_text(str(e))}") from None
 
     def _fs(self):
         from pyarrow import fs as pafs
@@ -182,7 +190,7 @@ class ParquetSink(TwoPhaseCommitSink):
                 None, as in a context built by hand).
         """
         if not re.fullmatch(r"[0-9a-f]{8}", context.submit_id or ""):
-            raise TopologyError(f"ParquetSink {self.path!r}: the task's context names no "
+            raise TopologyError(f"ParquetSink {self._target()}: the task's context names no "
                                 f"submit (TopologyContext.submit_id is "
                                 f"{context.submit_id!r}), which its file names need; run "
                                 f"it through submit_topology")

@@ -18,6 +18,7 @@ from connectors.spark.arrow_rows import arrow_rows
 from connectors.spark.handoff import FAILED, HandoffCore
 from connectors.spark.sources import query_sources, source_problems
 from topology import RetryService, Spout, TopologyError
+from topology._redact import mask_text
 
 logger = logging.getLogger("storm_on_ray.streaming")
 
@@ -548,8 +549,9 @@ class StreamingDataFrameSpout(Spout):
 def query_error(e: BaseException, limit: int = 400) -> str:
     """A failed query's error, short enough for stats: Spark's message without the JVM
     and Python stack frames, the innermost cause last, at most ``limit`` characters from
-    its end (the cause is what says what happened)."""
-    text = str(getattr(e, "desc", None) or e)
+    its end (the cause is what says what happened), credentials masked (a source's
+    options may be quoted)."""
+    text = mask_text(str(getattr(e, "desc", None) or e))
     keep = [ln.strip() for ln in text.splitlines()
             if ln.strip() and not ln.strip().startswith(("at ", "File ", "...", "^", "~"))
             and not ln.startswith(" ")]
