@@ -99,8 +99,7 @@ class TwoPhaseCommitExecutor(StatefulBolt, CheckpointedInternals):
 
     def restore_internals(self, entries: dict[Any, bytes], checkpoint_id: int | None) -> None:
         try:
-            restored = {tuple(key): decode_value(v) for key, v in entries.items()
-                        if isinstance(key[1], int)}
+            restored = {tuple(key): decode_value(v) for key, v in entries.items()}
         except (TypeError, IndexError, ValueError) as e:
             raise ValueError(f"{self._who}: stored transactions do not decode: {e}") from None
         for key, txn in sorted(self.pending.items()):
