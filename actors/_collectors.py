@@ -8,6 +8,7 @@ acking ledger (``actors/_acking.py``) and handed to each target's batch
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -16,8 +17,11 @@ from typing import Any
 from actors._acking import ACK_BATCH_VALUES, BoltLedger, SpoutLedger
 from actors._errors import ErrorReporter
 from actors._outbox import Outbox
+from actors._replay_gate import ReplayGate
 from actors._routing import StreamRouter
 from topology import DEFAULT_STREAM, EmitError, OutputCollector, SpoutOutputCollector, Tuple
+
+logger = logging.getLogger("storm_on_ray.executor")
 
 
 class _Emitter:
@@ -123,17 +127,37 @@ class SpoutCollector(_Emitter, SpoutOutputCollector):
         #: with checkpoints: the msg ids emitted since the last barrier (acked when a
         #: checkpoint after them commits); None otherwise
         self.msg_log: list | None = None
+        #: Storm's ``AnchoringOutputCollector``: set where a tuple emitted without a msg
+        #: id would be lost at a rollback (a spout that keeps no position, in a topology
+        #: that checkpoints with acking on); the first such emit is refused
+        self.anchoring = False
+        #: why the task fails: the refused emit (the spout executor fails the task)
+        self.refused: str | None = None
+        #: after a rollback: new emits held until its failed ids are emitted again
+        #: (actors/_replay_gate.py); None otherwise
+        self.gate: ReplayGate | None = None
+        #: the components downstream that a late replay may reach late (for the warning)
+        self.windows_downstream: tuple[str, ...] = ()
+        #: new emits held behind a rollback's replays; replays emitted after the hold
+        #: ended (its deadline passed), in all
+        self.held_for_replays = 0
+        self.late_replays = 0
 
     def emit(self, values, stream: str = DEFAULT_STREAM, msg_id: Any = None
              ) -> tuple[int, ...]:
         """Storm's ``emit``: returns the target task ids.
 
         Raises:
-            EmitError: an undeclared stream or a wrong number of values.
+            EmitError: an undeclared stream or a wrong number of values; no ``msg_id``
+                where :attr:`anchoring` (the task then fails).
         """
         r = self._default if stream is DEFAULT_STREAM else self.routers.get(stream)
         if r is None or len(values) != r.arity:
             r = self._router(values, stream)  # raises, naming the stream
+        if msg_id is None and self.anchoring:
+            self._refuse_unanchored(stream)
+        if self.gate is not None:
+            return self._gated(None, values, stream, msg_id)
         self.emitted += 1
         if msg_id is None:
             deliver = r.deliver
@@ -145,10 +169,99 @@ class SpoutCollector(_Emitter, SpoutOutputCollector):
     def emit_direct(self, task: int, values, stream: str = DEFAULT_STREAM,
                     msg_id: Any = None) -> None:
         r, targets = self._targets(values, stream, task)
-        if msg_id is None:
+        if self.gate is not None:
+            if msg_id is None and self.anchoring:
+                self._refuse_unanchored(stream)
+            self._gated(task, values, stream, msg_id)
+        elif msg_id is None:
+            if self.anchoring:
+                self._refuse_unanchored(stream)
             self._send(targets, (r.index, values))
         else:
             self._tracked(r.index, values, targets, msg_id)
+
+    def hold_new_emits(self, failed: list, now: float, timeout_s: float) -> None:
+        """A rollback failed ``failed`` (msg ids): until each is emitted again, or
+        ``timeout_s`` passed, new emits wait (see actors/_replay_gate.py)."""
+        self._drop_gate()
+        self.gate = ReplayGate(failed, now + timeout_s, now + 2 * timeout_s)
+
+    def tick_gate(self, now: float) -> None:
+        """The hold's deadline (executor thread, at its queue checks): past it, the
+        held emits go; a gate with nothing left to do is dropped."""
+        gate = self.gate
+        if gate.expire(now) and gate.held:
+            logger.warning(
+                "spout %r: %d of the tuples the rollback failed were not emitted again "
+                "within topology.message.timeout.secs; its %d new tuples held behind them "
+                "go now, and those replays, if they come, may be late for event-time "
+                "windows %s", self._component_id, len(gate.pending), len(gate.held),
+                list(self.windows_downstream))
+            self._release(gate)
+        if gate.done(now):
+            self.gate = None
+
+    def _drop_gate(self) -> None:
+        gate, self.gate = self.gate, None
+        if gate is not None:  # (a rollback before the last one's hold ended)
+            gate.held.clear()  # the rollback failed these too: they come again
+
+    def _gated(self, task: int | None, values, stream: str, msg_id: Any):
+        """An emit while a gate is up: a replay or an emit after the hold goes now;
+        a new one is held."""
+        gate = self.gate
+        late = gate.late
+        if not gate.admits(msg_id):
+            gate.hold((task, values, stream, msg_id))
+            self.held_for_replays += 1
+            # counted as emitted now (the spout loop sees a call that emitted, not an idle
+            # one), not again when it goes
+            self.emitted += 1
+            return ()
+        if gate.late != late:
+            self.late_replays += 1
+            if self.late_replays == 1 or gate.late == 1:
+                logger.warning(
+                    "spout %r emitted a tuple the rollback failed after its hold ended "
+                    "(topology.message.timeout.secs): event-time windows %s may drop it as "
+                    "late (stats: late_replays)", self._component_id,
+                    list(self.windows_downstream))
+        self.gate = None  # (this emit, and the held ones it lets go, pass)
+        try:
+            if task is None:
+                out = self.emit(values, stream, msg_id)
+            else:
+                out = self.emit_direct(task, values, stream, msg_id)
+            if gate.open and gate.held:
+                self._release(gate)
+        finally:
+            self.gate = gate
+        return out
+
+    def _release(self, gate: ReplayGate) -> None:
+        saved, self.gate = self.gate, None
+        try:
+            for task, values, stream, msg_id in gate.release():
+                self.emitted -= 1  # (counted when held)
+                if task is None:
+                    self.emit(values, stream, msg_id)
+                else:
+                    self.emit_direct(task, values, stream, msg_id)
+        finally:
+            self.gate = saved
+
+    def _refuse_unanchored(self, stream: str) -> None:
+        """Refuse an emit without a msg id (see :attr:`anchoring`): nothing is sent.
+
+        Raises:
+            EmitError: always, naming the spout and the stream; :attr:`refused` holds why.
+        """
+        self.refused = (
+            f"spout {self._component_id!r} emitted a tuple on stream {stream!r} without a "
+            f"msg id in a topology that checkpoints with acking on: no rollback can replay "
+            f"it, so it and every later one would be lost at a failure; emit with a msg id "
+            f"(replayed on fail), or make the spout a StatefulSpout that keeps its position")
+        raise EmitError(self.refused)
 
     def _tracked(self, index: int, values, targets: tuple[int, ...], msg_id: Any
                  ) -> tuple[int, ...]:

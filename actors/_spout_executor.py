@@ -11,7 +11,7 @@ from actors._collectors import SpoutCollector
 from actors._executor import ExecutorCore
 from actors._streams import FLUSH
 from actors.state._loop import END, REWOUND
-from topology import Spout, StormTopology
+from topology import Spout, StormTopology, WindowedBolt
 
 logger = logging.getLogger("storm_on_ray.executor")
 
@@ -27,12 +27,40 @@ class _Ended:
 _ENDED = _Ended()
 
 
+class _Failed:
+    """What the spout loop calls instead of a spout whose task failed: nothing (the
+    topology has failed; ``handle.wait()`` raises)."""
+
+    @staticmethod
+    def next_tuple() -> None:
+        pass
+
+
+_FAILED = _Failed()
+
+
+def windowed_downstream(topology: StormTopology, component: str) -> tuple[str, ...]:
+    """The windowed bolts downstream of ``component``, sorted."""
+    comps = topology.components
+    seen, todo = set(), [component]
+    while todo:
+        src = todo.pop()
+        for cid, spec in comps.items():
+            if cid not in seen and any(g.source == src for g in spec.inputs):
+                seen.add(cid)
+                todo.append(cid)
+    return tuple(sorted(c for c in seen if isinstance(comps[c].obj, WindowedBolt)))
+
+
 class SpoutExecutor(ExecutorCore):
     """A spout task (see :class:`ExecutorCore` for the arguments)."""
 
     _OPEN_CALL, _CLOSE_CALL = "open", "close"
 
     def _make_ledger(self, topology: StormTopology, c: dict) -> SpoutLedger:
+        # (the topology is at hand here: the windowed bolts a late replay may reach, named
+        # in its warning)
+        self._windows_downstream = windowed_downstream(topology, self.component_id)
         return SpoutLedger(self.task_id, topology.acker_tasks, topology.spout_tasks,
                            topology.ackers_in_spouts,
                            float(c["topology.message.timeout.secs"]), self._random_bits())
@@ -46,8 +74,10 @@ class SpoutExecutor(ExecutorCore):
 
     def _make_collector(self, routers: dict) -> SpoutCollector:
         self.max_spout_pending = self.conf["topology.max.spout.pending"]
-        return SpoutCollector(self.component_id, self.spec.streams, routers, self.outbox,
-                              self.errors, self.flush_acks, self.ledger)
+        col = SpoutCollector(self.component_id, self.spec.streams, routers, self.outbox,
+                             self.errors, self.flush_acks, self.ledger)
+        col.windows_downstream = self._windows_downstream
+        return col
 
     def handle(self, el) -> None:
         """One element of the spout's receive queue: acking messages, flushes (a spout
@@ -79,7 +109,12 @@ class SpoutExecutor(ExecutorCore):
         self._call_user(UserCalls(msg_ids, []))
 
     def user_fails(self, msg_ids: list, reason: str) -> None:
-        """The spout's ``fail`` for each of ``msg_ids`` (a rollback)."""
+        """The spout's ``fail`` for each of ``msg_ids`` (a rollback). Its new emits are
+        held until it has emitted each of them again (replays before new tuples, so
+        event-time windows downstream do not drop the replays as late), for at most
+        ``topology.message.timeout.secs`` (see actors/_replay_gate.py)."""
+        self.collector.hold_new_emits(msg_ids, time.monotonic(),
+                                      float(self.conf["topology.message.timeout.secs"]))
         self._call_user(UserCalls([], msg_ids, [reason] * len(msg_ids)))
 
     def _call_user(self, calls: UserCalls) -> None:
@@ -131,9 +166,16 @@ class SpoutExecutor(ExecutorCore):
         sample = self._sample_every
         calls, next_timed = 0, (1 if sample else sys.maxsize)
         cp = self.checkpoint
+        # a spout that keeps no position, where the topology checkpoints with acking on:
+        # an emit without a msg id cannot be replayed at a rollback, so it fails the task
+        col.anchoring = cp is not None and acking and not cp.stateful
         while not self._stop:
             recv = 0
             if counter >= skips:
+                if col.refused is not None and spout is not _FAILED:
+                    spout = self._fail_task(col.refused)
+                if col.gate is not None:
+                    col.tick_gate(time.monotonic())
                 if cp is not None:
                     polled = self._poll_checkpoints()  # (a rollback waits here)
                     if polled == END:
@@ -229,6 +271,8 @@ class SpoutExecutor(ExecutorCore):
                 continue
             except Exception as e:
                 self.errors.report(e, "next_tuple")
+                if col.refused is not None and spout is not _FAILED:
+                    spout = self._fail_task(col.refused)
             if timed:
                 self.latency_sum_s += time.perf_counter() - t0
                 self.latency_n += 1
@@ -239,6 +283,14 @@ class SpoutExecutor(ExecutorCore):
                 idle = self._idle(idle)
             else:
                 idle = 0
+
+    def _fail_task(self, reason: str) -> _Failed:
+        """The task fails (an emit no rollback can replay): the coordinator fails the
+        topology, naming the spout, and ``next_tuple`` is not called again."""
+        logger.error("%s:%d: %s", self.component_id, self.task_id, reason)
+        self.checkpoint.report("task_failed", self.task_id,
+                               f"task {self.task_id}: {reason}")
+        return _FAILED
 
     def _apply_drain(self) -> bool:
         """Start draining (executor thread): call the spout's ``drain``; True when the

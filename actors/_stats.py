@@ -79,7 +79,10 @@ class TaskStats:
     ``completed_trees`` (one-ack trees a bolt completed itself), ``folded_acks`` (acks a
     bolt piggybacked on its anchored emits), ``unknown_acks`` (acks for trees not held),
     ``dead_letters`` (a spout's tuples given up at ``topology.max.replays`` and emitted on
-    the dead-letter stream; 0 for other tasks).
+    the dead-letter stream; 0 for other tasks). After a rollback (actors/_replay_gate.py):
+    ``held_for_replays`` (a replaying spout's new emits held until the tuples the rollback
+    failed were emitted again) and ``late_replays`` (those emitted again only after the
+    hold's deadline, ``topology.message.timeout.secs``: event-time windows may drop them).
 
     Receive queue (Storm 2.0's JCQueue): ``queue_population`` / ``queue_capacity``
     (tuples now / bound), ``queue_pct_full`` (0..1), ``overflow`` (tuples in the overflow
@@ -169,6 +172,8 @@ class TaskStats:
     folded_acks: int = 0
     unknown_acks: int = 0
     dead_letters: int = 0
+    held_for_replays: int = 0
+    late_replays: int = 0
     queue_population: int = 0
     queue_capacity: int = 0
     queue_pct_full: float = 0.0
@@ -306,6 +311,8 @@ def task_stats(core: Any, interval: IntervalMetrics | None = None) -> TaskStats:
         folded_acks=getattr(ledger, "folded_acks", 0),
         unknown_acks=getattr(ledger, "unknown_acks", 0),
         dead_letters=_dead_letters(core),
+        held_for_replays=getattr(core.collector, "held_for_replays", 0),
+        late_replays=getattr(core.collector, "late_replays", 0),
         queue_population=q.population, queue_capacity=q.capacity,
         queue_pct_full=q.pct_full, overflow=q.overflow,
         queue_arrival_rate_secs=q.arrival_rate_secs, queue_sojourn_time_ms=q.sojourn_time_ms,

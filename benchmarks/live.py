@@ -7,8 +7,9 @@ three-hour event-time windows per origin, acking on) with the landing at ``--day
 day files a second, in three phases:
 
 1. **Steady** (``--steady-s``): the latency of each window closed meanwhile, from the
-   landing of the file that let it close to the window's line written by ``out``: a row's
-   latency from its landing to the emit of its window, less the time the window had to
+   landing of the file that let it close to the window's part file published in the
+   ``ParquetSink`` dataset (at the commit of the checkpoint holding it): a row's
+   latency from its landing to its window being readable, less the time the window had to
    wait for its close (the landing of later event time). The file that lets a window
    close is the first landed whose newest ``time_hour``, less the lag, reaches the
    window's end; each windowed task's watermark only counts its own origins' rows, so
@@ -31,7 +32,7 @@ day files a second, in three phases:
     python -m benchmarks.live [--days 100] [--days-per-s 0.5] [--steady-s 60] [--slow-s 120]
 
 Ends with ``e2e_latency_ms_p50=... e2e_latency_ms_p99=... spark_follow_error_pct=...
-handoff_rows_max=... rss_growth_pct=... windows_checked=N``; writes
+spark_rows_per_s=... handoff_rows_max=... rss_growth_pct=... windows_checked=N``; writes
 benchmarks/results/live.json.
 """
 
@@ -73,7 +74,13 @@ class PacedScreen(job.Screen):
 
 
 def weighted_quantile(pairs: list[tuple[float, int]], q: float) -> float:
-    """The ``q`` quantile (nearest rank) of values given as (value, weight) pairs."""
+    """The ``q`` quantile (nearest rank) of values given as (value, weight) pairs.
+
+    Raises:
+        ValueError: ``pairs`` is empty (no window closed in the phase).
+    """
+    if not pairs:
+        raise ValueError("no (value, weight) pairs: no window closed in the steady phase")
     pairs = sorted(pairs)
     total = sum(w for _, w in pairs)
     rank, seen = q * total, 0
@@ -82,6 +89,26 @@ def weighted_quantile(pairs: list[tuple[float, int]], q: float) -> float:
         if seen > rank:
             return v
     return pairs[-1][0]
+
+
+def committed_windows(dataset: Path) -> list[dict]:
+    """Each window of the job's ``ParquetSink`` dataset at ``dataset`` as ``{"end_ms",
+    "flights", "written_ms"}`` (paths with a part beginning with ``_`` or ``.``, such as
+    its ``_staging`` directory, left out, as Spark's reader does). ``written_ms`` is when
+    its part file was moved into the dataset (the file's status change time, epoch ms):
+    when the window became readable, at the commit of the checkpoint holding it."""
+    import pyarrow.parquet as pq
+
+    out = []
+    for f in sorted(dataset.rglob("*.parquet")):
+        if any(part.startswith(("_", ".")) for part in f.relative_to(dataset).parts):
+            continue  # (as Spark's reader: _staging is not the dataset)
+        written_ms = f.stat().st_ctime_ns / 1e6
+        t = pq.read_table(f, columns=["end_ms", "flights"])
+        out.extend({"end_ms": e, "flights": n, "written_ms": written_ms}
+                   for e, n in zip(t.column("end_ms").to_pylist(),
+                                   t.column("flights").to_pylist(), strict=True))
+    return out
 
 
 def closers(files: list[job.DayFile]) -> list[tuple[int, float]]:
@@ -257,7 +284,7 @@ def main() -> None:
         cluster.shutdown()
 
     # 1. latency of the windows closed in the steady phase
-    windows = job.read_jsonl(out / "windows.jsonl")
+    windows = committed_windows(out / "windows")
     lat = window_latencies(windows, live.landing.landed, int(args.lag_hours * 3_600_000),
                            t0_ms + args.warmup_s * 1000, steady_end_ms)
     p50, p99 = weighted_quantile(lat, 0.5), weighted_quantile(lat, 0.99)
@@ -314,7 +341,8 @@ def main() -> None:
           f"RSS {first:.0f} -> {second:.0f} MB; check: "
           f"{'passed' if not failures else failures}; {path}")
     print(f"e2e_latency_ms_p50={p50:.0f} e2e_latency_ms_p99={p99:.0f} "
-          f"spark_follow_error_pct={follow_err:.1f} handoff_rows_max={hs['max_held_rows']} "
+          f"spark_follow_error_pct={follow_err:.1f} spark_rows_per_s={spark_rate:.1f} "
+          f"handoff_rows_max={hs['max_held_rows']} "
           f"rss_growth_pct={growth:.1f} windows_checked={windows_checked}")
 
 

@@ -192,12 +192,26 @@ def _refuse_unsound_state(topology: StormTopology, conf: dict) -> None:
             f"{sorted(topology.back_edges)}) cannot checkpoint them: barriers cannot be "
             f"aligned around a cycle; remove the cycle or keep the state outside it")
     acking = bool(topology.acker_tasks)
-    if not acking and (conf["topology.executor.overflow.limit"]
-                       or conf["topology.executor.overflow.limit.bytes"]):
-        raise ConfigError(
-            f"stateful bolts {stateful}: topology.executor.overflow.limit(.bytes) drops "
-            f"tuples beyond the limit, and without acking nothing rolls back for them, so "
-            f"the state would miss them; leave the overflow unbounded or switch acking on")
+    for cid in [None, *sorted(comps)]:  # the topology's conf, then a component's own
+        c = conf if cid is None else {**conf, **comps[cid].conf}
+        for key in ("topology.executor.overflow.limit", "topology.executor.overflow.limit.bytes"):
+            if c[key]:
+                where = "" if cid is None else f"component {cid!r}: "
+                raise ConfigError(
+                    f"{where}{key} ({c[key]}) drops tuples beyond the limit in a "
+                    f"topology that checkpoints (stateful bolts {stateful}): the barrier "
+                    f"behind a dropped tuple still passes, so the checkpoint commits without "
+                    f"it{' and acks it to its spout' if acking else ''}, and the state misses "
+                    f"it for good; leave {key} at 0 (unbounded) here")
+    if acking:
+        for sid in sorted(c for c, spec in comps.items() if spec.is_spout):
+            if not comps[sid].obj.emits_msg_ids:
+                raise TopologyError(
+                    f"spout {sid!r} emits without msg ids (emits_msg_ids False) in a "
+                    f"topology that checkpoints with acking on (stateful bolts {stateful}): "
+                    f"a rollback cannot replay tuples that are in no tree, so every one "
+                    f"after the last checkpoint would be lost; emit with msg ids (for "
+                    f"StreamingDataFrameSpout, msg_ids=True)")
     timeout = conf["topology.message.timeout.secs"]
     interval = conf["topology.state.checkpoint.interval.ms"]
     if acking and timeout and interval >= timeout * 1000:

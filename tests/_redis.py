@@ -33,9 +33,13 @@ class RedisServer:
     """
 
     def __init__(self, directory: str, persistent: bool = False,
-                 port: int | None = None) -> None:
+                 port: int | None = None, extra_args: tuple = (),
+                 password: str | None = None) -> None:
         self.directory = directory
         self.persistent = persistent
+        #: more ``redis-server`` arguments (e.g. ``--tls-port``); ``password``: its
+        #: ``--requirepass``, which the readiness PING uses
+        self.extra_args, self.password = tuple(extra_args), password
         self.port = port or free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -48,7 +52,7 @@ class RedisServer:
         import redis
 
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2,
-                           socket_connect_timeout=2)
+                           socket_connect_timeout=2, password=self.password)
 
     def ping(self) -> bool:
         import redis
@@ -69,6 +73,7 @@ class RedisServer:
                 "--logfile", os.path.join(self.directory, "redis.log")]
         args += (["--appendonly", "yes", "--appendfsync", "always"] if self.persistent
                  else ["--appendonly", "no"])
+        args += [*self.extra_args, *(["--requirepass", self.password] if self.password else [])]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout

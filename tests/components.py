@@ -1260,6 +1260,32 @@ class ReplayingWordSpout(Spout):
         self.replay.append(msg_id)
 
 
+class BackOfQueueSpout(Spout):
+    """A replaying spout over ``rows`` (each task its share), msg id = the row's index,
+    whose ``fail`` re-queues a failed row at the back of its queue, behind every row not
+    yet emitted (as a queue-backed source does)."""
+
+    def __init__(self, rows: list, fields: tuple) -> None:
+        self.rows = rows
+        self.outputs = fields
+
+    def open(self, conf, context, collector):
+        from collections import deque
+
+        n = len(context.get_component_tasks(context.component_id))
+        self.queue = deque(range(context.task_index, len(self.rows), n))
+        self.collector = collector
+
+    def next_tuple(self):
+        if not self.queue:
+            raise StopIteration
+        m = self.queue.popleft()
+        self.collector.emit(self.rows[m], msg_id=m)
+
+    def fail(self, msg_id):
+        self.queue.append(msg_id)
+
+
 class KeyCycleSpout(StatefulSpout):
     """Emits ``(f"k{i % keys}",)`` for i in [0, n) across its tasks, then ends; keeps its
     position (a rewindable source for stateful benchmarks)."""

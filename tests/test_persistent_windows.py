@@ -279,6 +279,38 @@ def _flight_hours(n: int) -> list[tuple[str, int]]:
     return list(zip(df["origin"], (int(x) for x in df["ms"]), strict=True))
 
 
+def _submit_hourly(cluster, name, tmp_path, spout, spout_tasks: int, acking: bool):
+    """Submit ``rows`` (``spout``, (origin, ts)) → two tasks of hourly persistent windows
+    per origin (:class:`HourlyFlights`) → ``out``, checkpoints every 200 ms, small queues
+    and batches (a barrier does not wait behind the whole input); returns the handle."""
+    b = TopologyBuilder()
+    b.set_spout("rows", spout, spout_tasks)
+    b.set_bolt("win", HourlyFlights(delay_s=0.01).with_tumbling_window(Duration(3_600_000))
+               .with_timestamp_field("ts").with_watermark_interval(Duration(20))
+               .with_persistence(), 2).fields_grouping("rows", ("origin",))
+    b.set_bolt("out", CollectorBolt()).global_grouping("win")
+    conf = {**({} if acking else {"topology.acker.executors": 0}),
+            "topology.state.checkpoint.interval.ms": 200,
+            "topology.state.checkpoint.dir": str(tmp_path / "ckpt"),
+            "topology.executor.receive.buffer.size": 256, "topology.producer.batch.size": 50}
+    return cluster.submit_topology(name, conf, b.create_topology())
+
+
+def _kill_windowed_task_twice(handle, every: int) -> int:
+    """Kill the first ``win`` task once ``every`` windows fired and a checkpoint committed,
+    again after ``2 * every``, each time waiting for the restart and the rollback; returns
+    the task."""
+    from tests.test_state import _kill_and_wait
+
+    victim = handle.topology.component_tasks["win"][0]
+    for k in (1, 2):
+        until(lambda k=k: handle.checkpoint_stats()["completed"] >= 1
+              and sum(t.windows_fired for t in handle.stats().component("win")) > every * k,
+              60, "windows and a checkpoint")
+        _kill_and_wait(handle, victim)
+    return victim
+
+
 def test_persistent_flight_windows_are_exact_after_the_windowed_task_is_killed_twice(
         cluster, name, tmp_path):
     """Hourly event-time windows per origin over two position-keeping spout tasks: one
@@ -286,28 +318,12 @@ def test_persistent_flight_windows_are_exact_after_the_windowed_task_is_killed_t
     reports equals the plain count (a window fired again after a rollback reports the
     same count), every hour is reported, and the windows-fired count kept in the bolt's
     state counts each window once."""
-    from tests.test_state import _kill_and_wait
-
     rows = _flight_hours(30_000)
     expected = Counter(rows)
-    hour = 3_600_000
-    b = TopologyBuilder()
-    b.set_spout("rows", IterableSpout(rows, ("origin", "ts")), 2)
-    b.set_bolt("win", HourlyFlights(delay_s=0.01).with_tumbling_window(Duration(hour))
-               .with_timestamp_field("ts").with_watermark_interval(Duration(20))
-               .with_persistence(), 2).fields_grouping("rows", ("origin",))
-    b.set_bolt("out", CollectorBolt()).global_grouping("win")
-    conf = {"topology.acker.executors": 0, "topology.state.checkpoint.interval.ms": 200,
-            "topology.state.checkpoint.dir": str(tmp_path / "ckpt"),
-            "topology.executor.receive.buffer.size": 256, "topology.producer.batch.size": 50}
-    handle = cluster.submit_topology(name, conf, b.create_topology())
+    handle = _submit_hourly(cluster, name, tmp_path, IterableSpout(rows, ("origin", "ts")),
+                            2, acking=False)
     try:
-        victim = handle.topology.component_tasks["win"][0]
-        for _ in range(2):
-            until(lambda: handle.checkpoint_stats()["completed"] >= 1
-                  and sum(t.windows_fired for t in handle.stats().component("win")) > 50,
-                  60, "windows and a checkpoint")
-            _kill_and_wait(handle, victim)
+        victim = _kill_windowed_task_twice(handle, 50)
         assert handle.wait(180), handle.stats().summary()
         reports = handle.collected("out")
         state = handle.state()["win"]
@@ -332,6 +348,32 @@ def test_persistent_flight_windows_are_exact_after_the_windowed_task_is_killed_t
     for task_state in state.values():
         fired.update(task_state)
     assert fired == per_origin
+
+
+def test_replays_go_before_new_tuples_so_windows_stay_exact_behind_a_back_of_queue_spout(
+        cluster, name, tmp_path):
+    """A replaying spout that re-queues failed rows at the back of its queue, behind hourly
+    persistent windows whose task is killed twice: after each rollback its new rows wait
+    until the failed ones are emitted again, so none is late and every window has its
+    exact count (new rows first, the replays came late and were dropped)."""
+    from tests.components import BackOfQueueSpout
+
+    rows = _flight_hours(12_000)
+    expected = Counter(rows)
+    handle = _submit_hourly(cluster, name, tmp_path, BackOfQueueSpout(rows, ("origin", "ts")),
+                            1, acking=True)
+    try:
+        _kill_windowed_task_twice(handle, 30)
+        assert handle.wait(180), handle.stats().summary()
+        reports = handle.collected("out")
+        spout = handle.stats().component("rows")
+        late = sum(t.late_tuples for t in handle.stats().component("win"))
+    finally:
+        cluster.kill_topology(name)
+    got = {(origin, start): n for *_, (origin, start, n) in reports}
+    assert late == 0 and got == dict(expected)
+    assert sum(t.held_for_replays for t in spout) > 0  # (new rows waited)
+    assert sum(t.late_replays for t in spout) == 0
 
 
 def test_a_missing_or_mistyped_timestamp_is_reported_and_leaves_the_windows_unchanged():

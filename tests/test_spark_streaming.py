@@ -57,6 +57,50 @@ def _values(collected, index: int = 0) -> list:
     return [v[index] for *_, v in collected]
 
 
+def _windows_on(spout, relay_delay_s: float | None = None) -> TopologyBuilder:
+    """``spout`` (→ a ``relay`` sleeping ``relay_delay_s`` per tuple, when given) →
+    tumbling event-time windows of 100 values (value as event time) → ``sink``."""
+    b = TopologyBuilder()
+    b.set_spout("live", spout)
+    up = "live"
+    if relay_delay_s is not None:
+        b.set_bolt("relay", RelayBolt(("value",), relay_delay_s)).shuffle_grouping("live")
+        up = "relay"
+    b.set_bolt("win", WindowSpanBolt("value").with_tumbling_window(Duration.of(100))
+               .with_timestamp_field("value").with_watermark_interval(Duration.of(20))
+               ).shuffle_grouping(up)
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("win")
+    return b
+
+
+def _kill_then_drain(handle, task: int, ck: str, commits: int) -> tuple[list, int]:
+    """SIGKILL ``task``'s process; once the topology rolled back and Spark committed
+    ``commits`` more micro-batches, drain; returns the sink's windows and Spark's last
+    committed offset."""
+    import ray
+
+    before = handle.checkpoint_stats()["rollbacks"]
+    os.kill(ray.get(handle.actors[task].pid.remote()), 9)
+    until(lambda: handle.checkpoint_stats()["rollbacks"] > before, 120, "the rollback",
+          interval=0.2)
+    n = len(_commits(ck))
+    until(lambda: len(_commits(ck)) >= n + commits, 120, "commits after the kill",
+          interval=0.2)
+    assert handle.drain(120)
+    return [v for *_, v in handle.collected("sink")], _offsets(ck)[_commits(ck)[-1]]
+
+
+def _assert_exact_windows(windows: list, committed: int) -> None:
+    """Every window below Spark's committed offset fired, each time with exactly its 100
+    values."""
+    fired = {}
+    for start, end, count, values in windows:
+        if end <= committed:
+            assert values == list(range(start, end)), (start, count)
+            fired[start] = count
+    assert sorted(fired) == list(range(0, committed - committed % 100, 100))
+
+
 @pytest.mark.parametrize("arrow", [False, True], ids=["rows", "arrow"])
 def test_streaming_spout_delivers_rows_and_skips_empty_micro_batches(cluster, spark, name,
                                                                      arrow):
@@ -195,14 +239,8 @@ def test_persistent_windows_behind_spark_count_every_committed_row_after_a_kill(
     100 values each time it fires (with ack-on-entry windows a killed task loses its open
     windows' rows while Spark has committed them)."""
     ck = str(tmp_path / "ck")
-    df = _rate(spark, 60).select("value")
-    spout = StreamingDataFrameSpout(df, checkpoint_location=ck)
-    b = TopologyBuilder()
-    b.set_spout("live", spout)
-    b.set_bolt("win", WindowSpanBolt("value").with_tumbling_window(Duration.of(100))
-               .with_timestamp_field("value").with_watermark_interval(Duration.of(20))
-               ).shuffle_grouping("live")
-    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("win")
+    b = _windows_on(StreamingDataFrameSpout(_rate(spark, 60).select("value"),
+                                            checkpoint_location=ck))
     conf = {"topology.state.checkpoint.interval.ms": 200,
             "topology.state.checkpoint.dir": str(tmp_path / "state")}
     handle = cluster.submit_topology(name, conf, b.create_topology())
@@ -210,26 +248,46 @@ def test_persistent_windows_behind_spark_count_every_committed_row_after_a_kill(
         assert handle.checkpoints is not None  # the plan turned checkpoints on
         until(lambda: len(_commits(ck)) >= 2, 120, "two commits", interval=0.3)
         win = handle.topology.component_tasks["win"][0]
-        import ray
-
-        before = handle.checkpoint_stats()["rollbacks"]
-        os.kill(ray.get(handle.actors[win].pid.remote()), 9)
-        until(lambda: handle.checkpoint_stats()["rollbacks"] > before, 120, "the rollback",
-              interval=0.3)
-        n = len(_commits(ck))
-        until(lambda: len(_commits(ck)) >= n + 2, 120, "two commits after the kill",
-              interval=0.3)
-        assert handle.drain(120)
-        windows = [v for *_, v in handle.collected("sink")]
-        committed = _offsets(ck)[_commits(ck)[-1]]
+        windows, committed = _kill_then_drain(handle, win, ck, 2)
     finally:
         cluster.kill_topology(name)
-    fired = {}
-    for start, end, count, values in windows:
-        if end <= committed:
-            assert values == list(range(start, end)), (start, count)
-            fired[start] = count
-    assert sorted(fired) == list(range(0, committed - committed % 100, 100))
+    _assert_exact_windows(windows, committed)
+
+
+def test_a_spout_task_killed_mid_block_behind_persistent_windows_counts_every_row_once(
+        cluster, spark, name, tmp_path):
+    """The spout keeps a position (micro-batch, block, rows): its task is killed while it
+    holds a block that a committed checkpoint holds rows of (blocks of 200 rows behind a
+    relay of 5 ms a tuple and small queues, so a block spans many rounds); the restarted
+    task's block starts after those rows, and every window below what Spark committed
+    holds each value once (given back whole, the committed rows were counted twice)."""
+    ck = str(tmp_path / "ck")
+    spout = StreamingDataFrameSpout(_rate(spark, 200).select("value"), checkpoint_location=ck)
+    b = _windows_on(spout, relay_delay_s=0.005)
+    conf = {"topology.state.checkpoint.interval.ms": 100,
+            "topology.executor.receive.buffer.size": 16, "topology.producer.batch.size": 4,
+            "topology.state.checkpoint.dir": str(tmp_path / "state")}
+    handle = cluster.submit_topology(name, conf, b.create_topology())
+    try:
+        until(lambda: len(_commits(ck)) >= 1, 120, "a commit", interval=0.2)
+
+        def mid_block():  # the same block leased across two commits
+            hs, c0 = spout.handoff_stats(), handle.checkpoint_stats()["last_committed"] or 0
+            if hs["leased_blocks"] != 1:
+                return None
+            until(lambda: handle.checkpoint_stats()["last_committed"] >= c0 + 2, 30,
+                  "two commits", interval=0.05)
+            hs2 = spout.handoff_stats()
+            return hs2["leased_blocks"] == 1 and hs2["blocks_taken"] == hs["blocks_taken"]
+
+        until(mid_block, 60, "a block held across two commits", interval=0.05)
+        live = handle.topology.component_tasks["live"][0]
+        windows, committed = _kill_then_drain(handle, live, ck, 1)
+        skipped = spout.handoff_stats().get("rows_skipped")
+    finally:
+        cluster.kill_topology(name)
+    _assert_exact_windows(windows, committed)
+    assert skipped > 0  # the restarted task's block started after its committed rows
 
 
 def test_kill_with_wait_commits_nothing_undelivered(cluster, spark, name, tmp_path):

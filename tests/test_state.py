@@ -372,6 +372,30 @@ def _kill_and_wait(handle, task):
         handle.checkpoint_stats()), 60, "the rollback")
 
 
+def test_an_unanchored_emit_from_a_replaying_spout_fails_the_topology_naming_it(
+        cluster, name, tmp_path):
+    """A spout that keeps no position emits without msg ids in a topology that checkpoints
+    with acking on: no rollback could replay those tuples, so its first emit fails the
+    task and ``wait`` raises naming the spout (Storm's AnchoringOutputCollector)."""
+    from cluster import TopologyFailed
+    from tests.components import SeqSpout
+
+    b = TopologyBuilder()
+    b.set_spout("seq", SeqSpout(50))
+    b.set_bolt("count", StatefulWordCount()).fields_grouping("seq", ("key",))
+    handle = cluster.submit_topology(name, {
+        "topology.state.checkpoint.interval.ms": 200,
+        "topology.state.checkpoint.dir": str(tmp_path / "ckpt")}, b.create_topology())
+    try:
+        with pytest.raises(TopologyFailed, match="spout 'seq' emitted a tuple .* without a "
+                                                 "msg id"):
+            handle.wait(60)
+        errors = handle.stats().errors
+    finally:
+        cluster.kill_topology(name)
+    assert [e["component"] for e in errors] == ["seq"]
+
+
 def _counts_after(handle, ckpt_dir, name) -> collections.Counter:
     assert handle.wait(180), "the topology did not complete"
     state = read_state(os.path.join(ckpt_dir, name, handle.prefix))
@@ -434,6 +458,16 @@ def test_unusable_checkpoint_dir_is_refused_at_submit_with_its_path(cluster, nam
     with pytest.raises(ValueError, match=str(blocker)):
         cluster.submit_topology(name, {"topology.acker.executors": 0,
                                        "topology.state.checkpoint.dir": str(blocker / "x")},
+                                _stateful().create_topology())
+    if os.geteuid() != 0:  # (a chown to another user needs root)
+        return
+    foreign = tmp_path / "foreign"  # another user's directory: refused with the fix
+    foreign.mkdir(mode=0o700)
+    os.chown(foreign, 65534, 65534)
+    with pytest.raises(ValueError, match=rf"{foreign}: not private to this user: {foreign} "
+                                         rf"is owned by uid 65534.*mkdir -m 0700"):
+        cluster.submit_topology(name, {"topology.acker.executors": 0,
+                                       "topology.state.checkpoint.dir": str(foreign)},
                                 _stateful().create_topology())
 
 
@@ -572,10 +606,31 @@ def test_a_restarted_checkpoint_coordinator_rolls_back_and_the_count_stays_exact
         cluster.kill_topology(name)
 
 
-def test_refused_an_overflow_limit_without_acking():
-    with pytest.raises(ConfigError, match="overflow.limit"):
-        plan(_stateful().create_topology(), {"topology.acker.executors": 0,
+@pytest.mark.parametrize("ackers", [0, 1], ids=["acking-off", "acking-on"])
+def test_refused_an_overflow_limit_where_the_topology_checkpoints(ackers):
+    """A dropped tuple's barrier passes and its checkpoint commits without it (and, with
+    acking, acks it to its spout): refused, naming the key (and the component that sets
+    it); a topology without checkpoints keeps its limit."""
+    with pytest.raises(ConfigError, match=r"topology.executor.overflow.limit \(100\)"):
+        plan(_stateful().create_topology(), {"topology.acker.executors": ackers,
                                              "topology.executor.overflow.limit": 100})
+    b = TopologyBuilder()
+    b.set_spout("src", IterableSpout(words(10), fields=("word",)))
+    b.set_bolt("mid", PassBolt()).shuffle_grouping("src").add_configuration(
+        "topology.executor.overflow.limit.bytes", 10**6)
+    plan(b.create_topology(), {"topology.acker.executors": ackers})  # no checkpoints
+    b.set_bolt("count", StatefulWordCount()).fields_grouping("mid", ("key",))
+    with pytest.raises(ConfigError, match="component 'mid': topology.executor.overflow"):
+        plan(b.create_topology(), {"topology.acker.executors": ackers})
+
+
+def test_refused_a_spout_that_emits_without_msg_ids_where_acking_checkpoints():
+    class NoIds(ReplayingWordSpout):
+        emits_msg_ids = False
+
+    b = _stateful(NoIds(words(10)))
+    with pytest.raises(TopologyError, match="spout 'src' emits without msg ids"):
+        plan(b.create_topology(), {"topology.acker.executors": 1})
 
 
 def test_a_batch_bolts_gathered_tuples_run_before_the_barrier_goes_on():

@@ -402,18 +402,11 @@ def test_make_provider_refuses_with_the_key(conf, match):
         make_provider(conf, "topo", "s1")
 
 
-def test_default_checkpoint_dir_is_beside_rays_sessions(monkeypatch):
-    import sys
+def test_default_checkpoint_dir_is_per_user_outside_rays_temp_dir():
     import tempfile
-    from types import SimpleNamespace
 
-    monkeypatch.delitem(sys.modules, "ray", raising=False)
-    assert default_checkpoint_dir() == os.path.join(tempfile.gettempdir(), "ray",
-                                                    "storm-on-ray-state")
-    context = SimpleNamespace(get_temp_dir=lambda: "/data/ray-tmp")
-    monkeypatch.setitem(sys.modules, "ray", SimpleNamespace(
-        is_initialized=lambda: True, get_runtime_context=lambda: context))
-    assert default_checkpoint_dir() == "/data/ray-tmp/storm-on-ray-state"
+    assert default_checkpoint_dir() == os.path.join(tempfile.gettempdir(),
+                                                    f"storm-on-ray-state-{os.geteuid()}")
 
 
 # -- read_state and the CLI ------------------------------------------------------------------

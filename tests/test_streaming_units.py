@@ -29,11 +29,11 @@ def test_handoff_bounds_micro_batches_and_rows():
     assert h.can_enter(40)
     h.enter(1, [("c", 40)])
     assert not h.can_enter(1)  # two micro-batches wait: full in micro-batches
-    assert h.take() == ("block", 0, 0, "a", 30) and h.held_rows == 70
+    assert h.take() == ("block", 0, 0, "a", 30, 0) and h.held_rows == 70
     assert h.can_enter(30) is False  # still two micro-batches with untaken blocks
-    assert h.take() == ("block", 0, 1, "b", 30)
+    assert h.take() == ("block", 0, 1, "b", 30, 0)
     assert h.held_batches == 1 and h.can_enter(60) and not h.can_enter(61)
-    assert h.take() == ("block", 1, 0, "c", 40)
+    assert h.take() == ("block", 1, 0, "c", 40, 0)
     assert h.take() == ("idle",)
     assert h.max_held_rows == 100 and h.max_held_batches == 2
 
@@ -78,6 +78,24 @@ def test_blocks_of_a_restarted_spout_task_go_back_to_the_front():
     assert h.put_done(0) == "ok"
 
 
+def test_blocks_given_back_with_positions_start_after_their_committed_rows():
+    """A task's positions (rows of each block a committed checkpoint holds): a block given
+    back starts after them, one held whole is done without a take, and a position for a
+    micro-batch not yet inside applies when Spark runs it again (a savepoint's)."""
+    h = HandoffCore(max_batches=2, max_rows=100, wait_for_acks=True)
+    h.enter(0, [("a", 3), ("b", 3), ("c", 3)])
+    for _ in range(3):
+        h.take(task=1)
+    assert h.reopened(1, {(0, 0): 2, (0, 1): 3, (1, 0): 4}) == 3
+    assert h.take(task=1) == ("block", 0, 0, "a", 3, 2)
+    assert h.take(task=1) == ("block", 0, 2, "c", 3, 0)  # b was done: a checkpoint holds it
+    h.acked(0, 0)
+    h.acked(0, 2)
+    assert h.put_done(0) == "ok" and h.stats()["rows_skipped"] == 5
+    h.enter(1, [("d", 5)])  # the micro-batch the savepoint's position names
+    assert h.take(task=2) == ("block", 1, 0, "d", 5, 4)
+
+
 def test_without_acks_nothing_is_leased():
     h = HandoffCore(1, 100, wait_for_acks=False)
     h.enter(0, [("a", 3)])
@@ -96,7 +114,7 @@ def test_drain_delivers_what_is_inside_then_ends_and_refuses_new_batches():
     h.enter(0, [("a", 5)])
     h.drain()
     assert not h.can_enter(1) and h.put_answer() == "draining"
-    assert h.take() == ("block", 0, 0, "a", 5)
+    assert h.take() == ("block", 0, 0, "a", 5, 0)
     assert h.put_done(0) is None  # the batch inside still completes by its acks
     h.acked(0, 0)
     assert h.put_done(0) == "ok"
@@ -290,3 +308,30 @@ def test_kill_command_takes_wait_and_drain():
     assert a.drain and a.wait == 60.0
     with pytest.raises(SystemExit):
         build_parser().parse_args(["stats", "live", "--wait", "3"])
+
+
+# -- replays before new tuples (actors/_replay_gate.py) ------------------------------------------
+
+
+def test_a_replay_gate_holds_new_emits_until_every_failed_id_came_again():
+    from actors._replay_gate import ReplayGate
+
+    g = ReplayGate([3, 4], deadline=10.0, forget_at=20.0)
+    assert not g.admits(7) and not g.admits(None)  # new tuples: held
+    g.hold("seven")
+    assert g.admits(4) and not g.open
+    assert g.admits(3) and g.open  # the last replay: the held emits go
+    assert g.release() == ["seven"] and g.admits(8) and g.late == 0
+    assert g.done(0.0)
+
+
+def test_a_replay_gate_opens_at_its_deadline_and_counts_replays_after_it_as_late():
+    from actors._replay_gate import ReplayGate
+
+    g = ReplayGate([1, 2], deadline=10.0, forget_at=20.0)
+    assert not g.admits(5)
+    g.hold("five")
+    assert not g.expire(9.9) and g.expire(10.0) and not g.expire(11.0)
+    assert g.release() == ["five"] and g.admits(6)
+    assert g.admits(1) and g.late == 1  # a replay after the hold: late
+    assert not g.done(19.0) and g.done(20.0)  # id 2 forgotten at forget_at

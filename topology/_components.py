@@ -122,6 +122,14 @@ class Spout(_Component):
     #: event time (``topology.bolts.window.ack.on.entry``).
     acks_hold_source: bool = False
 
+    #: False for a spout that emits without msg ids (``StreamingDataFrameSpout(msg_ids=
+    #: False)``): its tuples are in no tree, so a rollback cannot fail them for a replay,
+    #: and a stateful topology with acking would lose every one after its checkpoint. A
+    #: spout saying so in a topology that checkpoints with acking on is refused at submit
+    #: (docs/state.md, the replay contract); a non-stateful spout that emits without a msg
+    #: id there anyway fails its task at that emit (Storm's ``AnchoringOutputCollector``).
+    emits_msg_ids: bool = True
+
     #: Items the whole component (all its tasks) will emit, when the spout knows it (a
     #: finite source such as a DataFrame); read on the driver for progress bars.
     total_items: int | None = None

@@ -363,8 +363,10 @@ _KEYS: list[ConfigKey] = [
               "checkpoints do not take all the time.", minimum=0),
     ConfigKey("topology.state.checkpoint.dir", (str,), None,
               "Ours: the directory of the local provider's checkpoints, each submit under "
-              "<dir>/<topology>/<submit id>/<component>/. Null: storm-on-ray-state beside "
-              "Ray's session directories (e.g. /tmp/ray/storm-on-ray-state).",
+              "<dir>/<topology>/<submit id>/<component>/. Null: storm-on-ray-state-<uid> in "
+              "the system's temp directory (e.g. /tmp/storm-on-ray-state-1000), private to "
+              "the user (0700). A directory another user owns or can write into is refused "
+              "(docs/security.md).",
               nullable=True),
     ConfigKey("topology.debug", (bool,), False,
               "No-op (Storm's key and default, accepted so a Storm config does not fail): "

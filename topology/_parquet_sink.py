@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from topology._errors import TopologyError
+from topology._private import make_dirs, open_new
 from topology._redact import mask_text, mask_uri
 from topology._two_phase import TwoPhaseCommitSink
 
@@ -171,10 +172,22 @@ class ParquetSink(TwoPhaseCommitSink):
                                 f"the input fields {list(fields)}")
         try:
             fs, root = self._fs()
-            fs.create_dir(f"{root}/{STAGING}", recursive=True)
+            fs.create_dir(root, recursive=True)
+            self._make_dir(fs, f"{root}/{STAGING}")
         except Exception as e:
             raise TopologyError(f"ParquetSink {self._target()} cannot be written: "
                                 f"{type(e).__name__}: {mask_text(str(e))}") from None
+
+    @staticmethod
+    def _make_dir(fs, path: str) -> None:
+        """A staging directory: ``0700`` on the local filesystem (its files are ``0600``
+        there), so no other user reads rows before their commit or plants a file."""
+        from pyarrow import fs as pafs
+
+        if isinstance(fs, pafs.LocalFileSystem):
+            make_dirs(path)
+        else:
+            fs.create_dir(path, recursive=True)
 
     def _fs(self):
         from pyarrow import fs as pafs
@@ -199,7 +212,7 @@ class ParquetSink(TwoPhaseCommitSink):
         self._own = (escape_path_name(context.component_id), context.task_index,
                      context.submit_id)
         self._staging = f"{self._root}/{STAGING}/{context.submit_id}"
-        self._fsys.create_dir(self._staging, recursive=True)
+        self._make_dir(self._fsys, self._staging)
         self._names: tuple[str, ...] | None = None
         self._fields_seen = None  # the last input Fields found to match the columns
         self._reset()
@@ -275,6 +288,7 @@ class ParquetSink(TwoPhaseCommitSink):
         path pairs."""
         import pyarrow as pa
         import pyarrow.parquet as pq
+        from pyarrow import fs as pafs
 
         names = list(self._names)
         if not self.partition_by:  # one table: a list per column, no grouping
@@ -302,9 +316,13 @@ class ParquetSink(TwoPhaseCommitSink):
                           for c, (_, v) in zip(self.partition_by, values, strict=True))
             name = part_name(PartName(*self._own, checkpoint_id, n))
             if sub:
-                self._fsys.create_dir(f"{self._staging}/{sub[:-1]}", recursive=True)
+                self._make_dir(self._fsys, f"{self._staging}/{sub[:-1]}")
             staged = f"{self._staging}/{sub}{name}"
-            pq.write_table(table, staged, filesystem=self._fsys)
+            if isinstance(self._fsys, pafs.LocalFileSystem):
+                with open_new(staged) as f:  # (0600, not through a symlink)
+                    pq.write_table(table, f)
+            else:
+                pq.write_table(table, staged, filesystem=self._fsys)
             files.append([staged, f"{self._root}/{sub}{name}"])
         self.files_written += len(files)
         return files
@@ -335,14 +353,29 @@ class ParquetSink(TwoPhaseCommitSink):
             self._rows = [r for r in self._rows if id(r) not in drop]
 
         for staged, final in transaction["files"]:
+            self._check_own(staged, final)
             info = self._fsys.get_file_info([staged, final])
             if info[0].type == pafs.FileType.File:
                 parent = final.rsplit("/", 1)[0]
                 self._fsys.create_dir(parent, recursive=True)
                 self._fsys.move(staged, final)
+                if isinstance(self._fsys, pafs.LocalFileSystem):
+                    # committed: readable as the dataset's directory is (staged: 0600)
+                    os.chmod(final, os.stat(self._root).st_mode & 0o666)
             elif info[1].type != pafs.FileType.File:
                 raise FileNotFoundError(f"neither the staged {staged} nor the committed "
                                         f"{final} exists")
+
+    def _check_own(self, staged: str, final: str) -> None:
+        """A transaction moves a file from this dataset's staging into this dataset,
+        nowhere else (a checkpoint is data: one altered or planted must not move files
+        elsewhere)."""
+        for path, under in ((staged, f"{self._root}/{STAGING}/"), (final, f"{self._root}/")):
+            if (not isinstance(path, str) or not path.startswith(under)
+                    or ".." in path.split("/")):
+                raise TopologyError(f"ParquetSink {self._target()}: a transaction names "
+                                    f"{mask_uri(str(path))!r}, outside {mask_uri(under)!r}; "
+                                    f"refused (a damaged or foreign checkpoint)")
 
     def abort(self, checkpoint_id: int, transaction: Any) -> None:
         for staged, _ in transaction.get("files", ()):

@@ -333,6 +333,16 @@ class CoordinatorCore:
             return []
         return self._rollback(now, reason)
 
+    def task_failed(self, task: int, reason: str, now: float) -> list[Action]:
+        """``task`` failed for good (``reason`` names its component and task: a spout
+        that emitted a tuple no rollback can replay): the topology fails
+        (:attr:`failure`); no rollback, which would lose the same tuples again."""
+        if self.failure is None:
+            self.failure = reason
+            self.round = None
+            logger.error("the topology fails: %s", self.failure)
+        return []
+
     def data_ended_at(self, task: int, gen: int, now: float) -> list[Action]:
         """``task``'s input has ended in generation ``gen`` (a spout past its last tuple,
         a bolt after ``finish()``); once every task's has, the final round starts as soon

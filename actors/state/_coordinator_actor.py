@@ -252,6 +252,9 @@ def _ray_actor():
         def ended(self, task: int) -> None:
             self._event("ended", task)
 
+        def task_failed(self, task: int, reason: str) -> None:
+            self._event("task_failed", task, reason)
+
         def restarted(self, task: int) -> tuple:
             """A restarted executor asks what to restore: ``(gen, checkpoint id, final,
             finished tasks)``.

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from topology._private import make_dirs, write_file
 from topology._redact import mask_text, mask_uri, uri_has_credentials
 
 #: ``FileSystem.type_name`` of the object stores: a move is a copy and a delete there
@@ -99,18 +100,39 @@ def error(location: Location, doing: str, e: BaseException) -> StorageError:
                         f"{mask_text(f'{type(e).__name__}: {e}')}")
 
 
+def make_dir(location: Location, path: str) -> None:
+    """Create the directory ``path`` and its parents; on the local filesystem with mode
+    ``0700`` (:func:`topology._private.make_dirs`). Raises what the filesystem raises."""
+    if location.is_local:
+        make_dirs(path)
+    else:
+        location.filesystem.create_dir(path, recursive=True)
+
+
 def write_bytes(location: Location, path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` (a path on ``location.filesystem``), replacing it.
-    Blocks for the write; raises what the filesystem raises."""
+    """Write ``data`` to ``path`` (a path on ``location.filesystem``), replacing it; on
+    the local filesystem with mode ``0600`` and never through a symlink
+    (:func:`topology._private.write_file`). Blocks for the write; raises what the
+    filesystem raises."""
+    if location.is_local:
+        write_file(path, data)
+        return
     with location.filesystem.open_output_stream(path) as f:
         f.write(data)
 
 
 def read_bytes(location: Location, path: str) -> bytes:
-    """The whole file at ``path``. Blocks for the read; raises what the filesystem
-    raises (``FileNotFoundError`` for a missing file)."""
+    """The whole file at ``path``, which must be a file: its size is asked first and no
+    more than that is read, so a file that grows, a device or a FIFO cannot make the
+    read allocate without bound. Blocks for the read; raises what the filesystem raises
+    (``FileNotFoundError`` for a missing file, ``OSError`` for what is not a file)."""
+    info = location.filesystem.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        raise FileNotFoundError(f"{path}: no such file")
+    if info.type != pafs.FileType.File or info.size is None:
+        raise OSError(f"{path}: not a regular file")
     with location.filesystem.open_input_stream(path) as f:
-        return f.read()
+        return f.read(info.size)
 
 
 def publish(location: Location, path: str, data: bytes) -> None:

@@ -37,8 +37,7 @@ def pin_local(root: str, checkpoint_id: int) -> str | None:
     nothing collects there). Blocks for one file creation."""
     path = os.path.join(root, f"{PIN_PREFIX}{int(checkpoint_id)}.{uuid.uuid4().hex}")
     try:
-        with open(path, "x"):
-            pass
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except OSError:
         return None
     return path

@@ -31,7 +31,6 @@ import contextlib
 import os
 import shutil
 import sqlite3
-import sys
 import tempfile
 import threading
 import uuid
@@ -71,6 +70,7 @@ from actors.state._sqlite_format import (
     _state_at,
 )
 from actors.state._sqlite_reader import read_raw
+from topology._private import make_dirs, unsafe_reason, write_file
 
 
 class _Transaction:
@@ -269,19 +269,22 @@ class LocalProvider(StateProvider):
         self.root = os.path.join(self.topology_dir, submit_id)
         self._open: list[_LocalTaskStore | _LocalLog] = []
         self._lock = threading.Lock()
+        _check_private(self.directory)
         self._claim_topology_dir()
         try:
-            os.makedirs(self.root, exist_ok=True)
+            make_dirs(self.root)
             fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=self.root)
             os.close(fd)
             os.unlink(probe)
         except OSError as e:
             raise StateDirError(self.root, f"cannot be created or written ({e})") from None
+        _check_private(self.root)  # (a submit directory planted before us)
 
     def _claim_topology_dir(self) -> None:
         marker = os.path.join(self.topology_dir, MARKER)
         try:
-            os.makedirs(self.topology_dir, exist_ok=True)
+            make_dirs(self.topology_dir)
+            _check_private(self.topology_dir)  # (one planted before us)
             with open(marker, encoding="utf-8") as f:
                 owner = f.read()
         except FileNotFoundError:
@@ -299,8 +302,7 @@ class LocalProvider(StateProvider):
         # written whole, then renamed: a concurrent reader sees no marker or all of it
         tmp = os.path.join(self.topology_dir, f"{MARKER}.{uuid.uuid4().hex}.tmp")
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(self.topology_name + "\n")
+            write_file(tmp, (self.topology_name + "\n").encode())
             os.replace(tmp, marker)
         except OSError as e:
             with contextlib.suppress(OSError):
@@ -317,7 +319,7 @@ class LocalProvider(StateProvider):
         """
         folder = os.path.join(self.root, _component_dir(component))
         try:
-            os.makedirs(folder, exist_ok=True)
+            make_dirs(folder)
         except OSError as e:
             raise StateDirError(folder, f"cannot be created ({e})") from None
         store = _LocalTaskStore(os.path.join(folder, f"task-{int(task)}.db"),
@@ -376,21 +378,21 @@ class LocalProvider(StateProvider):
 
 
 def default_checkpoint_dir() -> str:
-    """``storm-on-ray-state`` beside Ray's session directories: in Ray's temp directory of
-    this node when Ray is initialised in this process (``ray.get_runtime_context()
-    .get_temp_dir()``), else ``<system temp>/ray/storm-on-ray-state`` (Ray's default temp
-    directory). Does not import Ray."""
-    ray = sys.modules.get("ray")
-    temp = None
-    if ray is not None:
-        try:
-            if ray.is_initialized():
-                try:
-                    temp = ray.get_runtime_context().get_temp_dir()
-                except AttributeError:  # a Ray without it
-                    temp = ray._private.worker._global_node.get_temp_dir_path()
-        except Exception:  # noqa: BLE001 (any failure: the default path)
-            temp = None
-    if not temp:
-        temp = os.path.join(tempfile.gettempdir(), "ray")
-    return os.path.join(temp, "storm-on-ray-state")
+    """``storm-on-ray-state-<uid>`` in the system's temporary directory (``tempfile
+    .gettempdir()``, e.g. ``/tmp/storm-on-ray-state-1000``), one per user, created ``0700``
+    when first used. Not inside Ray's temporary directory (``/tmp/ray``), which Ray makes
+    writable by every local user without the sticky bit, so any of them could read or
+    plant checkpoints there. A directory of that name owned by another user is refused
+    when the provider opens it (:func:`_check_private`). See docs/security.md."""
+    return os.path.join(tempfile.gettempdir(), f"storm-on-ray-state-{os.geteuid()}")
+
+
+def _check_private(directory: str) -> None:
+    """Raise :class:`StateDirError` naming ``directory`` and the fix unless it is private
+    to this user (:func:`topology._private.unsafe_reason`)."""
+    why = unsafe_reason(directory)
+    if why is not None:
+        raise StateDirError(directory, f"not private to this user: {why}; use a directory "
+                                       f"only you can write (mkdir -m 0700 DIR, or chown "
+                                       f"and chmod 0700 this one) as "
+                                       f"topology.state.checkpoint.dir")

@@ -22,6 +22,7 @@ from actors.state._common import (
     in_groups,
 )
 from actors.state._provider import COMMITTED
+from topology._private import prepare_file
 
 #: the file in ``<dir>/<topology>/`` that names the topology the directory belongs to
 MARKER = ".storm-on-ray-topology"
@@ -117,9 +118,10 @@ def _open(path: str, schema: str) -> sqlite3.Connection:
     """A read-write connection to ``path`` (created with ``schema`` if new), with
     :data:`_PRAGMAS`, transactions begun explicitly."""
     try:
+        prepare_file(path)  # mode 0600 (SQLite would use the umask's)
         con = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                               check_same_thread=False)
-    except sqlite3.Error as e:
+    except (sqlite3.Error, OSError) as e:
         raise StateDirError(path, f"cannot open the database ({e})") from None
     try:
         version = _check_schema(con, path)

@@ -99,8 +99,9 @@ def make_provider(conf: dict, topology_name: str, submit_id: str) -> StateProvid
     ``topology.state.provider``: None or ``"local"`` → :class:`LocalProvider` under
     ``topology.state.checkpoint.dir`` (None: :func:`default_checkpoint_dir`); ``"memory"``
     → :class:`MemoryProvider`; ``"redis"`` → :class:`RedisProvider` with the config's
-    ``host`` (required), ``port``, ``password``, ``username``, ``db``, ``key_prefix`` and
-    ``timeout_ms`` (:class:`~actors.state._redis_client.RedisConfig`; nothing connects yet); a
+    ``host`` (required) or ``url``, ``port``, ``password`` (or ``password_env``,
+    ``password_file``), ``username``, ``db``, ``key_prefix``, ``timeout_ms`` and redis-py's
+    TLS options (:class:`~actors.state._redis_client.RedisConfig`; nothing connects yet); a
     class path ``module:Class`` or ``module.Class`` → that :class:`StateProvider` subclass,
     constructed as ``Class(topology_name, submit_id, config)``. The config is
     ``topology.state.provider.config`` as a dict (given as one, or as a JSON object in a

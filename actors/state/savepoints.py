@@ -48,6 +48,7 @@ from actors.state._provider import COMMITTED, StateProvider
 from topology import StormTopology
 from topology._builder import FORWARD
 from topology._keygroups import KEY_GROUPS_KEY, key_group_count
+from topology._private import unsafe_reason
 from topology._redact import mask_text
 
 logger = logging.getLogger("storm_on_ray.savepoints")
@@ -103,7 +104,9 @@ def _check_location(loc: _fs.Location) -> str:
                 and fs.get_file_info(pafs.FileSelector(loc.base))):
             raise SavepointError(f"savepoint {loc.target}: exists and is not an empty "
                                  f"directory; give a new path")
-        fs.create_dir(loc.base, recursive=True)
+        _fs.make_dir(loc, loc.base)
+        if loc.is_local:
+            _check_private(loc)
         probe = loc.join(f".write-check-{uuid.uuid4().hex}")
         _fs.write_bytes(loc, probe, b"")
         fs.delete_file(probe)
@@ -112,6 +115,25 @@ def _check_location(loc: _fs.Location) -> str:
     except (OSError, pa.ArrowException) as e:
         raise SavepointError(f"savepoint {_fs.error(loc, 'cannot be written', e)}") from None
     return loc.target
+
+
+def _check_private(loc: _fs.Location) -> None:
+    why = unsafe_reason(loc.base)
+    if why is not None:
+        raise SavepointError(f"savepoint {loc.target}: not private to this user: {why}; "
+                             f"save into a directory only you can write")
+
+
+def _check_component(path: str, component: Any) -> str:
+    """``component`` if it can name one directory of a savepoint, or SavepointError: a
+    name with a path separator, ``.``/``..``, a NUL or nothing would write (or read)
+    outside ``state/``."""
+    if (not isinstance(component, str) or component in ("", ".", "..") or "/" in component
+            or "\\" in component or "\0" in component):
+        raise SavepointError(f"savepoint {path}: component {component!r} cannot name a "
+                             f"directory: a component id with a path separator, '.', '..' "
+                             f"or NUL cannot be saved; rename the component")
+    return component
 
 
 def _resolve(path: str) -> _fs.Location:
@@ -160,10 +182,12 @@ def write_savepoint(path: str, topology_name: str, checkpoint_id: int,
     loc = _resolve(path)
     target = _check_location(loc)
     counts = {c: len(tasks) for c, tasks in component_tasks.items()}
+    for component in state:
+        _check_component(target, component)
     try:
         for component, tasks in state.items():
             d = loc.join("state", component)
-            loc.filesystem.create_dir(d, recursive=True)
+            _fs.make_dir(loc, d)
             ids = list(component_tasks.get(component, sorted(tasks)))
             for task, entries in tasks.items():
                 _fs.write_bytes(loc, posixpath.join(d, f"{ids.index(task)}.msgpack"),
@@ -205,12 +229,17 @@ def read_savepoint(path: str) -> Savepoint:
                                  f"version reads {' and '.join(map(str, READ_VERSIONS))}")
         entries: dict[str, dict[int, dict[bytes, bytes]]] = {}
         for component in meta["components"]:
+            _check_component(path, component)
             entries[component] = {}
             for info in fs.get_file_info(pafs.FileSelector(loc.join("state", component),
                                                            allow_not_found=True)):
                 if info.type != pafs.FileType.File or not info.base_name.endswith(".msgpack"):
                     continue
-                pairs = msgpack.unpackb(_fs.read_bytes(loc, info.path), raw=False)
+                data = _fs.read_bytes(loc, info.path)
+                # (every length a header claims bounded by the file's: msgpack's limits)
+                pairs = msgpack.unpackb(data, raw=False, max_bin_len=len(data),
+                                        max_str_len=len(data), max_array_len=len(data),
+                                        max_map_len=len(data) // 2)
                 entries[component][int(info.base_name.split(".")[0])] = {
                     bytes(k): bytes(v) for k, v in pairs}
         layout = {k: meta[k] for k in ("key_groups", "tasks", "keyed", "forward")

@@ -5,9 +5,11 @@ A :class:`~topology.StreamingDataFrameSpout` has one hand-off: its query's
 rows), and the spout tasks take it out, one block per call. :class:`HandoffCore` decides
 everything: whether a micro-batch may enter (the bound in micro-batches and in rows), which
 block a task takes next, when a micro-batch is complete (every row acked, with acking), and
-what a put or a take answers once the topology drains, is killed or its query fails. It has
+what a put or a take answers once the topology drains, is killed or its query fails, and
+where a block given back or run again starts (the rows of it a committed checkpoint already
+holds are skipped: Flink's ``SourceReaderBase`` resumes a split at its recorded offset). It has
 no I/O, no Ray, no clock and no threads; the Ray actor that carries it out
-(``connectors/spark/streaming_spout.py``) only waits on its predicates.
+(``connectors/spark/_handoff_actor.py``) only waits on its predicates.
 
 States: ``open`` (puts enter when there is room), ``draining`` (no new micro-batch enters;
 what is inside is delivered; takes answer ``end`` once it is empty), ``closed`` (the
@@ -68,6 +70,8 @@ class HandoffCore:
         batches_done: micro-batches complete (acked, or entered without acking).
         blocks_taken: blocks handed to spout tasks.
         put_waits: puts that found no room and waited (Spark's trigger held).
+        rows_skipped: rows of blocks taken again that were not handed out again (a
+            committed checkpoint holds them).
     """
 
     def __init__(self, max_batches: int, max_rows: int, wait_for_acks: bool) -> None:
@@ -84,6 +88,9 @@ class HandoffCore:
         #: (batch id, block index) → (task, block, rows): blocks taken and not yet done,
         #: given back if their task restarts (with acking only)
         self._leases: dict[tuple[int, int], tuple[Any, Any, int]] = {}
+        #: (batch id, block index) → rows of the block a committed checkpoint holds: a
+        #: take of that block starts after them (see :meth:`reopened`)
+        self._skip: dict[tuple[int, int], int] = {}
         self.held_rows = 0
         self.max_held_rows = 0
         self.max_held_batches = 0
@@ -92,6 +99,7 @@ class HandoffCore:
         self.batches_done = 0
         self.blocks_taken = 0
         self.put_waits = 0
+        self.rows_skipped = 0
 
     @property
     def held_batches(self) -> int:
@@ -166,6 +174,8 @@ class HandoffCore:
     def _complete(self, mb: MicroBatch) -> None:
         if self._open.pop(mb.batch_id, None) is not None:
             self.batches_done += 1
+        for key in [k for k in self._skip if k[0] == mb.batch_id]:
+            del self._skip[key]
 
     def put_done(self, batch_id: int) -> str | None:
         """What the put of ``batch_id`` answers now: ``"ok"`` once it is complete,
@@ -180,31 +190,45 @@ class HandoffCore:
     # -- takes -------------------------------------------------------------------------
     def take(self, task: Any = None) -> tuple:
         """The next block for spout task ``task``: ``("block", batch_id, index, block,
-        rows)``; else ``("idle",)`` (nothing now, open), ``("end",)`` (drained and
-        empty), or ``("closed",)`` / ``("failed", error)``. With acking the block stays
-        leased to ``task`` until :meth:`acked` (see :meth:`reopened`)."""
+        rows, start)``, whose rows from ``start`` on are to be emitted (the earlier ones
+        are in a committed checkpoint, see :meth:`reopened`; a block held there whole is
+        done without being handed out); else ``("idle",)`` (nothing now, open),
+        ``("end",)`` (drained and empty), or ``("closed",)`` / ``("failed", error)``.
+        With acking the block stays leased to ``task`` until :meth:`acked`."""
         if self.state == CLOSED:
             return (CLOSED,)
         if self.state == FAILED:
             return (FAILED, self.error)
-        if not self._queue:
-            return ("end",) if self.state == DRAINING else ("idle",)
-        mb = self._queue[0]
-        index, block, rows = mb.blocks.popleft()
-        mb.untaken_rows -= rows
-        self.held_rows -= rows
-        self.blocks_taken += 1
-        if not mb.blocks:
-            self._queue.popleft()
-        if mb.batch_id in self._open:
-            self._leases[(mb.batch_id, index)] = (task, block, rows)
-        return ("block", mb.batch_id, index, block, rows)
+        while self._queue:
+            mb = self._queue[0]
+            index, block, rows = mb.blocks.popleft()
+            mb.untaken_rows -= rows
+            self.held_rows -= rows
+            if not mb.blocks:
+                self._queue.popleft()
+            start = min(self._skip.pop((mb.batch_id, index), 0), rows)
+            self.rows_skipped += start
+            if start == rows:  # every row of it is in a committed checkpoint
+                self.acked(mb.batch_id, index)
+                continue
+            self.blocks_taken += 1
+            if mb.batch_id in self._open:
+                self._leases[(mb.batch_id, index)] = (task, block, rows)
+            return ("block", mb.batch_id, index, block, rows, start)
+        return ("end",) if self.state == DRAINING else ("idle",)
 
-    def reopened(self, task: Any) -> int:
-        """Spout task ``task`` started again (Ray restarted its process): the blocks it
-        had taken and not reported done go back to the front of the hand-off, so their
-        rows are emitted again (at-least-once; rows it had acked come twice). Returns how
-        many blocks went back."""
+    def reopened(self, task: Any, positions: dict[tuple[int, int], int] | None = None
+                 ) -> int:
+        """Spout task ``task`` starts again (Ray restarted its process, or the topology
+        rolled back): the blocks it had taken and not reported done go back to the front
+        of the hand-off. ``positions``: ``(batch id, block index) → rows`` of the blocks
+        whose first rows the task's last committed checkpoint holds (its position); a
+        take of such a block, given back now or entering later (Spark runs a micro-batch
+        again after a driver restart), starts after those rows, so each row is counted
+        once. Without positions (a task that keeps none) a block's rows are all emitted
+        again: at-least-once. Returns how many blocks went back."""
+        for key, rows in (positions or {}).items():  # (a block's committed rows only grow:
+            self._skip[key] = max(self._skip.get(key, 0), rows)  # another task's may be newer)
         back = sorted(k for k, v in self._leases.items() if v[0] == task)
         for batch_id, index in reversed(back):
             _, block, rows = self._leases.pop((batch_id, index))
@@ -240,4 +264,5 @@ class HandoffCore:
                 "max_batches": self.max_batches, "batches_in": self.batches_in,
                 "rows_in": self.rows_in, "batches_done": self.batches_done,
                 "blocks_taken": self.blocks_taken, "put_waits": self.put_waits,
+                "rows_skipped": self.rows_skipped,
                 "unacked_batches": sorted(self._open), "leased_blocks": len(self._leases)}

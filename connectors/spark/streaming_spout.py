@@ -1,106 +1,27 @@
 """``StreamingDataFrameSpout``: a Spark Structured Streaming query as a live spout.
 
-Only this module touches ``ray``/``raydp``/``pyspark``, and only when such a spout is
-built. The design (the hand-off, backpressure reaching Spark, acking against Spark's
-offsets, which sources bound rows) is in docs/spark-streaming.md.
+Only this module and the hand-off's actor (``connectors/spark/_handoff_actor.py``) touch
+``ray``/``raydp``/``pyspark``, and only when such a spout is built. The design (the
+hand-off, backpressure reaching Spark, acking against Spark's offsets, which sources
+bound rows, the position) is in docs/spark-streaming.md.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import threading
 from collections import deque
 from typing import Any
 
+from connectors.spark._handoff_actor import handoff_actor
 from connectors.spark.arrow_rows import arrow_rows
-from connectors.spark.handoff import FAILED, HandoffCore
+from connectors.spark.handoff import FAILED
 from connectors.spark.sources import query_sources, source_problems
-from topology import RetryService, Spout, TopologyError
+from topology import RetryService, StatefulSpout, TopologyError
 from topology._redact import mask_text
 
 logger = logging.getLogger("storm_on_ray.streaming")
-
-_actor_class = None
-
-
-class _Handoff:
-    """The hand-off as an async Ray actor carrying out a :class:`HandoffCore`: a ``put``
-    waiting for room or for acks is a suspended coroutine, so takes, acks and control
-    calls go on meanwhile (one event loop, no locks beyond the condition)."""
-
-    def __init__(self, max_batches: int, max_rows: int, wait_for_acks: bool) -> None:
-        self.core = HandoffCore(max_batches, max_rows, wait_for_acks)
-        self.cond = asyncio.Condition()
-
-    async def put(self, batch_id: int, blocks: list) -> str:
-        core = self.core
-        rows = sum(r for _, r in blocks)
-        async with self.cond:
-            if not core.can_enter(rows) and core.put_answer() is None:
-                core.put_waits += 1
-            await self.cond.wait_for(
-                lambda: core.can_enter(rows) or core.put_answer() is not None)
-            if not core.can_enter(rows):
-                return core.put_answer()
-            core.enter(batch_id, blocks)
-            self.cond.notify_all()
-            await self.cond.wait_for(lambda: core.put_done(batch_id) is not None)
-            return core.put_done(batch_id)
-
-    async def reopened(self, task: int) -> int:
-        async with self.cond:
-            n = self.core.reopened(task)
-            self.cond.notify_all()
-            return n
-
-    async def take(self, wait_s: float, task: int | None = None) -> tuple:
-        core = self.core
-        async with self.cond:
-            if not core.has_answer_for_take():
-                try:
-                    await asyncio.wait_for(self.cond.wait_for(core.has_answer_for_take),
-                                           wait_s)
-                except asyncio.TimeoutError:
-                    pass
-            answer = core.take(task)
-            if answer[0] == "block":
-                self.cond.notify_all()  # room for a waiting put
-            return answer
-
-    async def acked(self, batch_id: int, index: int) -> None:
-        async with self.cond:
-            self.core.acked(batch_id, index)
-            self.cond.notify_all()
-
-    async def drain(self) -> None:
-        async with self.cond:
-            self.core.drain()
-            self.cond.notify_all()
-
-    async def close(self) -> None:
-        async with self.cond:
-            self.core.close()
-            self.cond.notify_all()
-
-    async def fail(self, error: str) -> bool:
-        async with self.cond:
-            changed = self.core.fail(error)
-            self.cond.notify_all()
-            return changed
-
-    async def stats(self) -> dict:
-        return self.core.stats()
-
-
-def _handoff_actor():
-    global _actor_class
-    if _actor_class is None:
-        import ray
-
-        _actor_class = ray.remote(num_cpus=0, max_concurrency=1000)(_Handoff)
-    return _actor_class
 
 
 def block_rows(ds) -> list[tuple[Any, int]]:
@@ -174,15 +95,22 @@ _count_rows = _LazyRemote(_count_rows_fn)
 
 
 class _Block:
-    """A block a spout task took: its micro-batch and index, tuples not yet resolved."""
+    """A block a spout task took: its micro-batch and index, tuples not yet resolved,
+    and its position: the rows of it before ``start`` were not emitted again (a committed
+    checkpoint holds them), ``emitted`` rows were emitted since."""
 
-    __slots__ = ("batch_id", "index", "open", "emitted_all")
+    __slots__ = ("batch_id", "index", "open", "emitted_all", "start", "emitted")
 
-    def __init__(self, batch_id: int, index: int) -> None:
+    def __init__(self, batch_id: int, index: int, start: int = 0) -> None:
         self.batch_id, self.index, self.open, self.emitted_all = batch_id, index, 0, False
+        self.start, self.emitted = start, 0
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.batch_id, self.index)
 
 
-class StreamingDataFrameSpout(Spout):
+class StreamingDataFrameSpout(StatefulSpout):
     """Emits the rows of a running Spark Structured Streaming query (a live, unbounded
     source), micro-batch by micro-batch, with backpressure that reaches Spark.
 
@@ -205,10 +133,23 @@ class StreamingDataFrameSpout(Spout):
     topology processed it: at-least-once up to Spark's offsets. Failed rows replay from the
     spout; a driver restart replays the uncommitted micro-batch from the query's
     checkpoint (give ``checkpoint_location``). Spark runs one micro-batch at a time, so
-    with acking one micro-batch is in the topology at a time. Windowed bolts in such a
-    topology ack a tuple once it is in its windows (``topology.bolts.window.ack.on.entry``),
-    which makes the guarantee at-least-once up to the windows. ``msg_ids=False``: a put
-    returns once the micro-batch is in the hand-off (at-most-once past it).
+    with acking one micro-batch is in the topology at a time. ``msg_ids=False``: a put
+    returns once the micro-batch is in the hand-off (at-most-once past it; refused in a
+    topology that checkpoints, whose rollback would lose the rows after its checkpoint).
+
+    **Position** (a topology that checkpoints: stateful bolts, persistent windows, 2PC
+    sinks; the plan makes the windows behind this spout persistent): the spout is a
+    :class:`~topology.StatefulSpout`. Its state holds, for each block it took and has not
+    reported done, ``(micro-batch id, block index, rows emitted)`` at the barrier; a block
+    is reported done to the hand-off when the checkpoint after its last row commits, so
+    Spark commits a micro-batch only once a committed checkpoint holds all of its rows. A
+    rollback or a restarted task gives its blocks back and a re-taken block starts after
+    the rows the committed checkpoint holds (Flink's ``SourceReaderBase`` resumes a split
+    at its offset): exactly-once up to the topology's state and 2PC sinks. Restored from
+    a savepoint behind the same ``checkpoint_location``, Spark runs its uncommitted
+    micro-batch again and the restored positions skip the rows the savepoint holds (a
+    re-run micro-batch must have the same blocks: the same source offsets and
+    partitioning, as Spark's file, Kafka and ``rate-micro-batch`` sources give).
 
     **Lifecycle.** ``handle.kill()`` (or ``storm-on-ray kill``) closes the hand-off: a
     ``foreachBatch`` waiting in it raises, so Spark commits nothing it did not deliver,
@@ -284,6 +225,9 @@ class StreamingDataFrameSpout(Spout):
                                problem)
         self.columns = tuple(df.columns)
         self.outputs = ("batch",) if arrow_batches else self.columns
+        #: without msg ids Spark commits a micro-batch once it is in the hand-off
+        #: (refused where the topology checkpoints: cluster._plan)
+        self.emits_msg_ids = msg_ids
         self._arrow = arrow_batches
         self._batch_rows = batch_rows
         self._msg_ids = msg_ids
@@ -299,7 +243,7 @@ class StreamingDataFrameSpout(Spout):
         self.query = None
         self.empty_batches = 0
         self._watcher: threading.Thread | None = None
-        self.handoff = _handoff_actor().remote(max_batches, max_rows, msg_ids)
+        self.handoff = handoff_actor().remote(max_batches, max_rows, msg_ids)
 
     _DRIVER_ONLY = ("_df", "query", "_watcher", "empty_batches", "_putting")
 
@@ -426,10 +370,47 @@ class StreamingDataFrameSpout(Spout):
         self._retries = RetryService(conf, context, collector)
         self.emitted_rows = 0
         self._task = context.task_id
-        if self._msg_ids:  # a restarted task: the blocks it held go back to the hand-off
-            import ray
+        #: the position: blocks taken and not reported done, by key (written into the
+        #: state at each barrier where the topology checkpoints)
+        self._state = None
+        self._held: dict[tuple[int, int], _Block] = {}
+        #: committed positions kept in the state beyond the blocks held: blocks reported
+        #: done (and restored positions) of the micro-batch Spark may still run again, so
+        #: a re-run after a restore skips them too; dropped once a newer micro-batch's
+        #: block is taken (with acking Spark starts one only after committing the last)
+        self._carried: dict[tuple[int, int], int] = {}
+        #: the blocks go back to the hand-off (with the positions) before the first take:
+        #: a restarted task's, and after a rewind the task's own
+        self._resume: list | None = []
 
-            ray.get(self.handoff.reopened.remote(self._task), timeout=60)
+    def init_state(self, state) -> None:
+        """Go on from the positions in ``state`` (``[[batch id, block index, rows], ...]``:
+        the blocks this task held at the last committed checkpoint and the rows of each
+        that checkpoint holds; empty: none, as without checkpoints). A rewind (called
+        again after a rollback) drops what the task holds and its tuples in flight (the
+        rollback neither acks nor fails them); before its next take the blocks it held go
+        back to the hand-off, each to start after its committed rows."""
+        self._state = state
+        if self._take is not None:  # a block it brings is this task's: given back below
+            try:
+                self._take.result(timeout=self._poll_s + 60)
+            except Exception:  # (the hand-off is gone: the next take says so)
+                pass
+            self._take = None
+        self._rows, self._block = iter(()), None
+        self._held.clear()
+        self._carried = {(b, i): r for b, i, r in state.get("position", ())}
+        self._in_flight.clear()
+        self._replay.clear()
+        self._resume = [list(p) for p in state.get("position", ())]
+
+    def pre_prepare(self, checkpoint_id: int) -> None:
+        """The position at the barrier: each held block's rows emitted so far (where the
+        topology checkpoints, its tuples are acked when the checkpoint after them
+        commits, so a block is reported done once a committed checkpoint holds it
+        whole)."""
+        at = {**self._carried, **{b.key: b.start + b.emitted for b in self._held.values()}}
+        self._state.put("position", [[b, i, r] for (b, i), r in sorted(at.items())])
 
     def _resolve(self, block: _Block) -> None:
         """One tuple of ``block`` acked or given up; report the block once all are."""
@@ -438,6 +419,8 @@ class StreamingDataFrameSpout(Spout):
             self._report(block)
 
     def _report(self, block: _Block) -> None:
+        if self._held.pop(block.key, None) is not None:
+            self._carried[block.key] = block.start + block.emitted
         if self._msg_ids:
             self.handoff.acked.remote(block.batch_id, block.index)
 
@@ -448,6 +431,10 @@ class StreamingDataFrameSpout(Spout):
 
         if self._ended:
             return False
+        if self._resume is not None:
+            if self._msg_ids:  # the blocks it held go back to the hand-off
+                ray.get(self.handoff.reopened.remote(self._task, self._resume), timeout=60)
+            self._resume = None
         if self._take is None:
             self._take = self.handoff.take.remote(self._poll_s, self._task).future()
         if not self._take.done():
@@ -467,9 +454,14 @@ class StreamingDataFrameSpout(Spout):
             if kind == FAILED:
                 self._collector.report_error(RuntimeError(f"Spark query failed: {answer[1]}"))
             return False
-        _, batch_id, index, ref, _rows = answer
+        _, batch_id, index, ref, _rows, start = answer
         table = ray.get(ref)
-        self._block = _Block(batch_id, index)
+        if start:
+            table = table.slice(start)
+        self._block = _Block(batch_id, index, start)
+        self._held[self._block.key] = self._block
+        if any(k[0] < batch_id for k in self._carried):
+            self._carried = {k: r for k, r in self._carried.items() if k[0] >= batch_id}
         if self._arrow:
             self._rows = ((b,) for b in table.select(list(self.columns)).to_batches(
                 max_chunksize=self._batch_rows) if b.num_rows)
@@ -501,6 +493,7 @@ class StreamingDataFrameSpout(Spout):
             if row is None:
                 return
         block = self._block
+        n = row[0].num_rows if self._arrow else 1
         if self._msg_ids:
             mid = next(self._mids)
             self._in_flight[mid] = (row, block)
@@ -508,7 +501,8 @@ class StreamingDataFrameSpout(Spout):
             self._collector.emit(row, msg_id=mid)
         else:
             self._collector.emit(row)
-        self.emitted_rows += row[0].num_rows if self._arrow else 1
+        block.emitted += n
+        self.emitted_rows += n
 
     def progress(self) -> int:
         """Rows emitted by this task so far (replays not counted)."""
