@@ -7,7 +7,8 @@ checkpoint commits, published again after a restore, and aborted on a rollback (
 :class:`TwoPhaseCommitExecutor` runs the user's sink as a stateful bolt whose
 runtime-side state (``actors/state/_internals.py``) is its pending transactions, key
 ``("txn", checkpoint id)``: written at the snapshot, deleted by the snapshot after their
-commit.
+commit. A restore at another parallelism hands each old task's transactions to one new
+task (``actors/state/_rescale.py``) under ``("txn", checkpoint id, old task index)``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ class TwoPhaseCommitExecutor(StatefulBolt, CheckpointedInternals):
 
     Attributes:
         sink: the user's sink.
-        pending: checkpoint id → transaction, pre-committed and not yet published.
+        pending: key (``("txn", checkpoint id, ...)``) → transaction, pre-committed and
+            not yet published.
         committed: transactions published (repeats after a restore included).
         aborted: transactions aborted.
     """
@@ -40,8 +42,8 @@ class TwoPhaseCommitExecutor(StatefulBolt, CheckpointedInternals):
     def __init__(self, sink: TwoPhaseCommitSink) -> None:
         self.sink = sink
         self.auto_ack = sink.auto_ack
-        self.pending: dict[int, Any] = {}
-        self._published: list[int] = []  # deleted from the checkpoint at the next snapshot
+        self.pending: dict[tuple, Any] = {}
+        self._published: list[tuple] = []  # deleted from the checkpoint at the next snapshot
         self._pack = value_encoder()
         self.committed = 0
         self.aborted = 0
@@ -77,10 +79,9 @@ class TwoPhaseCommitExecutor(StatefulBolt, CheckpointedInternals):
                             f"{type(e).__name__}: {mask_text(str(e))}") from e
 
     def _publish(self, upto: int) -> None:
-        for cid in sorted(c for c in self.pending if c <= upto):
-            self._call("commit", cid, cid, self.pending[cid])
-            del self.pending[cid]
-            self._published.append(cid)
+        for key in sorted(k for k in self.pending if k[1] <= upto):
+            self._call("commit", key[1], key[1], self.pending.pop(key))
+            self._published.append(key)
             self.committed += 1
 
     # -- CheckpointedInternals ----------------------------------------------------------------
@@ -88,10 +89,9 @@ class TwoPhaseCommitExecutor(StatefulBolt, CheckpointedInternals):
         txn = self._call("pre_commit", checkpoint_id, checkpoint_id)
         puts = []
         if txn is not None:
-            self.pending[checkpoint_id] = txn
+            self.pending[("txn", checkpoint_id)] = txn
             puts.append((("txn", checkpoint_id), self._pack(txn)))
-        deletes = [("txn", cid) for cid in self._published]
-        self._published = []
+        deletes, self._published = self._published, []
         return puts, deletes
 
     def internal_commit(self, checkpoint_id: int) -> None:
@@ -99,12 +99,12 @@ class TwoPhaseCommitExecutor(StatefulBolt, CheckpointedInternals):
 
     def restore_internals(self, entries: dict[Any, bytes], checkpoint_id: int | None) -> None:
         try:
-            restored = {key[1]: decode_value(v) for key, v in entries.items()}
+            restored = {tuple(key): decode_value(v) for key, v in entries.items()}
         except (TypeError, IndexError, ValueError) as e:
             raise ValueError(f"{self._who}: stored transactions do not decode: {e}") from None
-        for cid, txn in sorted(self.pending.items()):
-            if cid not in restored:  # its checkpoint did not commit
-                self._call("abort", cid, cid, txn)
+        for key, txn in sorted(self.pending.items()):
+            if key not in restored:  # its checkpoint did not commit
+                self._call("abort", key[1], key[1], txn)
                 self.aborted += 1
         self._call("recover", checkpoint_id, checkpoint_id)
         # the restored checkpoint committed, so did every transaction in it: publish them

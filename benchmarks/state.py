@@ -48,9 +48,11 @@ f. ``s3_requests_per_task_ckpt``, ``bytes_uploaded_per_ckpt_vs_changed``,
    ``ckpt_ms_p50_s3_vs_local`` (no Ray): a task's checkpoints on ``s3://`` (moto's
    loopback server) counted by a wrapper around the filesystem, beside SQLite
    (``benchmarks/_state_objects.py``).
+g. ``rescale_restore_vs_same`` (no Ray): the restore of a 100k-key savepoint taken at 2
+   tasks, at 4 tasks over at 2 (``benchmarks/rescale.py``, which also runs alone).
 
     python -m benchmarks.state [--quick] [--parts ratio,windows,checkpoint,commit,nodeloss,
-                                                  objects] [--result NAME]
+                                                  objects,rescale] [--result NAME]
 
 Writes benchmarks/results/state.json (``--result``: another name) and
 benchmarks/results/state.png (checkpoint duration per policy, idle and under
@@ -58,7 +60,7 @@ backpressure); the last line is ``stateful_ratio=...
 persistent_window_ratio=... ckpt_ms_p50=... ckpt_ms_p99=... ckpt_under_bp_ms_p99_<policy>=...
 ckpt_under_bp_vs_storm2_<policy>=... commit_ratio_1m_vs_1k=... stateful_ratio_acking=...
 recovery_s_node_loss=... s3_requests_per_task_ckpt=... bytes_uploaded_per_ckpt_vs_changed=...
-ckpt_ms_p50_s3_vs_local=...``
+ckpt_ms_p50_s3_vs_local=... rescale_restore_vs_same=...``
 (``ckpt_ms_*``: storm2 idle, the default policy).
 """
 
@@ -92,7 +94,7 @@ from topology import (
 )
 
 POLICIES = ("storm2", "watermark", "nak", "debloat")
-PARTS = ("ratio", "windows", "checkpoint", "commit", "nodeloss", "objects")
+PARTS = ("ratio", "windows", "checkpoint", "commit", "nodeloss", "objects", "rescale")
 #: the receive queues a barrier waits in on the checkpoint path (count, sink)
 QUEUES_ON_PATH = 2
 #: the debloat target's slack on top of the queues' drain time (the issue's bound, s)
@@ -626,12 +628,16 @@ def main() -> None:
                   f"{o['base_every_ckpt']['s3_requests_per_task_ckpt']} calls/ckpt, "
                   f"{o['base_every_ckpt']['bytes_uploaded_per_ckpt_vs_changed']} x",
                   flush=True)
+        if "rescale" in parts:
+            from benchmarks.rescale import closing_line, rescale_restore
+            result["rescale"] = rescale_restore(100_000, 1)
+            print(closing_line(result["rescale"]), flush=True)
         if "nodeloss" in parts:  # (a Ray cluster of its own, in another process)
             from benchmarks.node_loss import recovery_runs
             result["node_loss"] = recovery_runs(1)
             print(f"node lost: running again after {result['node_loss']['recovery_s']} s",
                   flush=True)
-        ray_parts = [p for p in parts if p not in ("commit", "nodeloss", "objects")]
+        ray_parts = [p for p in parts if p not in ("commit", "nodeloss", "objects", "rescale")]
         if ray_parts:
             cluster = LocalCluster(num_cpus=2)
             try:
@@ -704,6 +710,7 @@ def main() -> None:
     figures += [f"{key}={fmt(o.get(key), '.2f')}" for key in (
         "s3_requests_per_task_ckpt", "bytes_uploaded_per_ckpt_vs_changed",
         "ckpt_ms_p50_s3_vs_local")]
+    figures.append(f"rescale_restore_vs_same={fmt(result.get('rescale', {}).get('ratio'))}")
     print(" ".join(figures))
 
 

@@ -65,19 +65,22 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
         TimeoutError: Ray could not place the workers within ``ready_timeout`` s.
         SavepointError (a ValueError): ``restore_from`` is not a savepoint this topology
             can start from (missing, incomplete, another format version, a component
-            with state missing unless ``allow_non_restored_state``, another parallelism,
-            key-group count, key fields or grouping: ``check_restore``), or the
+            with state missing unless ``allow_non_restored_state``, another parallelism
+            that cannot be rescaled (``rescale``), another key-group count, key fields or
+            grouping: ``check_restore``), or the
             ``memory`` provider, which would ignore it.
 
     ``restore_from``: a savepoint's path (``handle.savepoint``): the topology starts from
-    its state (state, spout positions, persistent windows, sinks' pending commits) at the
-    same parallelism, and its checkpoint ids go on from the savepoint's; components new
-    since start empty.
+    its state (state, spout positions, persistent windows, sinks' pending commits), and
+    its checkpoint ids go on from the savepoint's; components new since start empty. A
+    component at another parallelism is rescaled by key groups, splits or transactions,
+    or refused (``actors/state/_rescale.py``; docs/state.md, "Rescaling").
     """
     p = plan(topology, conf)
     savepoint = None
     if restore_from is not None:
         from actors.state import checkpointed
+        from actors.state._rescale import check_splits, rescale
         from actors.state.savepoints import SavepointError, check_restore, read_savepoint
 
         if p.conf.get("topology.state.provider") == "memory":
@@ -90,7 +93,9 @@ def submit(name: str, conf: dict | None, topology: StormTopology,
             raise TopologyError(f"topology {name!r} keeps no state (no stateful bolt, "
                                 f"persistent window or two-phase-commit sink), so savepoint "
                                 f"{savepoint.path} has nothing to restore into")
+        savepoint = rescale(savepoint, p.topology, dict(p.conf))  # (at other task counts)
         check_restore(savepoint, p.topology, allow_non_restored_state, dict(p.conf))
+        check_splits(savepoint, p.topology, dict(p.conf))
     open_targets(p)  # sinks' targets, before anything starts
     return launch(p, name, ready_timeout, detached, savepoint)
 
@@ -257,10 +262,11 @@ def _start_checkpoints(p: TopologyPlan, name: str, prefix: str, conf: dict, pg,
     topology = p.topology
     if savepoint is not None:  # the tasks and the coordinator start from its checkpoint
         from actors.state import keyed_state
+        from actors.state._rescale import key_groups_for
         from actors.state.savepoints import seed_provider
 
-        seed_provider(provider, savepoint, topology,
-                      lambda c, t: keyed_state(topology, c, t, conf)[0])
+        seed_provider(provider, savepoint, topology, lambda c, t: key_groups_for(
+            savepoint, c, keyed_state(topology, c, t, conf)[0]))
     hosts = p.chain_hosts
     tasks = {t: hosts.get(t, t) for t in p.task_worker}
     return checkpoint_coordinator_class().options(

@@ -574,10 +574,11 @@ def test_drain_ends_after_a_checkpoint_that_holds_every_tuple_taken(cluster, nam
         state = handle.state()
         tasks = handle.topology.component_tasks["src"]
         taken = collections.Counter()
-        for k, t in enumerate(tasks):
-            position = state["src"][t]["position"]
-            assert 0 < position < len(data) // 2  # drained mid-stream
-            taken.update(data[k::len(tasks)][:position])
+        for t in tasks:  # (per split s of 128: the items s, s + 128, ... taken)
+            positions = {k[1]: p for k, p in state["src"][t].items() if k != "splits"}
+            assert 0 < sum(positions.values())
+            taken.update(data[s + q * 128] for s, p in positions.items() for q in range(p))
+        assert 0 < sum(taken.values()) < len(data)  # drained mid-stream
         assert merged_counts(state["count"]) == taken
     finally:
         cluster.kill_topology(name)

@@ -9,18 +9,24 @@ from typing import Any
 from topology._components import Bolt
 from topology._dead_letters import RetryService
 from topology._errors import TopologyError
-from topology._state import StatefulSpout
+from topology._splits import SPLITS_KEY, SplitPositions, SplitSpout, split_items
 
 
-class IterableSpout(StatefulSpout):
+class IterableSpout(SplitSpout):
     """Emits the items of a finite iterable, then ends the stream.
 
     Its position (items taken by this task) is its checkpointed state: in a stateful
     topology a rollback rewinds it to the position of the last committed checkpoint
     (:class:`~topology.StatefulSpout`), so the items are counted exactly once downstream.
 
-    With parallelism *n*, task *k* (0-based index) emits the items at positions
-    ``k, k+n, k+2n, ...``, so the tasks together emit each item exactly once.
+    Its items are divided into splits (``topology/_splits.py``): with ``S`` splits
+    (``topology.max.task.parallelism``, 128 when unset), item ``i`` is in split ``i % S``
+    and task *k* of *n* emits, in index order, the items of the splits
+    ``key_group_range(k, n, S)``, so the tasks together emit each item exactly once; its
+    state is its position in each split, so a savepoint restores at another parallelism
+    (``SplitSpout.redistribute``). A state of before splits (``"position"``, from an older
+    savepoint) is read as it was written: items ``k, k+n, ...`` of task *k*, at the same
+    parallelism only.
 
     Args:
         items: a re-iterable collection (list, tuple, range...); it is pickled into each
@@ -55,7 +61,9 @@ class IterableSpout(StatefulSpout):
         self._collector = collector
         n = len(context.get_component_tasks(context.component_id))
         self._stride = (n, context.task_index)
-        self._start_at(0)
+        self._splits = SplitPositions(conf, context.task_index, n)
+        self._legacy = False  # a state of before splits: the stride of n (at n tasks)
+        self._start_at(None)
         self._single = len(self.outputs) == 1
         self._in_flight: dict = {}  # msg_id -> values, until acked
         self._replay: list = []  # failed msg_ids, oldest first
@@ -65,26 +73,41 @@ class IterableSpout(StatefulSpout):
         self.taken = 0
         self._retries = RetryService(conf, context, collector)
 
-    def _start_at(self, position: int) -> None:
-        """Take items again from this task's ``position``-th item on."""
-        n, k = self._stride
+    def _start_at(self, position: int | None) -> None:
+        """Take items again from the splits' positions (``position`` None), or, for a state
+        of before splits, from this task's ``position``-th item of its stride."""
         source = self._items if self._factory is None else self._factory()
-        self._it = itertools.islice(enumerate(itertools.islice(source, k, None, n)),
-                                    position, None)
+        if position is None:
+            self._it = split_items(source, self._splits)
+            self.taken = sum(self._splits.positions.values())
+            return
+        n, k = self._stride
+        self._it = ((i * n + k, item) for i, item in itertools.islice(
+            enumerate(itertools.islice(source, k, None, n)), position, None))
         self.taken = position
 
     def init_state(self, state) -> None:
-        """Go on from the position in ``state`` (0 when empty); a rewind forgets what was
-        in flight."""
+        """Go on from the positions in ``state`` (the start when empty); a rewind forgets
+        what was in flight.
+
+        Raises:
+            ValueError: the state was written under another split count.
+        """
         self._state = state
-        position = state.get("position", 0)
-        if position or self.taken:
-            self._start_at(position)
-            self._in_flight.clear()
-            self._replay.clear()
+        self._legacy = "position" in state and SPLITS_KEY not in state
+        if self._legacy:
+            self._start_at(state.get("position"))
+        elif len(state) or self.taken:
+            self._splits.load(state, f"IterableSpout task {self._stride[1]}")
+            self._start_at(None)
+        self._in_flight.clear()
+        self._replay.clear()
 
     def pre_prepare(self, checkpoint_id: int) -> None:
-        self._state.put("position", self.taken)
+        if self._legacy:
+            self._state.put("position", self.taken)
+        else:
+            self._splits.save(self._state)
 
     def next_tuple(self) -> None:
         if self._replay:
@@ -95,11 +118,9 @@ class IterableSpout(StatefulSpout):
         self.taken += 1
         if self._single and not isinstance(item, (list, tuple)):
             item = (item,)
-        n, k = self._stride
         if self._msg_ids:
-            mid = i * n + k
-            self._in_flight[mid] = item
-            self._collector.emit(item, msg_id=mid)
+            self._in_flight[i] = item
+            self._collector.emit(item, msg_id=i)
         else:
             self._collector.emit(item)
 

@@ -275,4 +275,26 @@ class StatefulSpout(_Stateful, Spout):
     every rollback with the state of the last committed checkpoint, and the spout goes on
     from the position it finds there (a rewind, Flink's replayable source). The
     runtime then neither acks nor fails the tuples it rewinds over: the position is the
-    source of truth."""
+    source of truth.
+
+    A restore from a savepoint at another number of tasks calls the classmethod
+    :meth:`redistribute` to build each new task's state from the old tasks' states.
+    """
+
+    @classmethod
+    def redistribute(cls, old: list[dict], index: int, count: int) -> dict:
+        """The state of new task ``index`` of ``count`` when a savepoint taken with
+        ``len(old)`` tasks is restored with ``count`` (Flink's union list state, handed to
+        each new task to pick from): ``old[k]`` is old task ``k``'s state as a dict (key →
+        value, as its ``pre_prepare`` put it). Pure; called at submit, once per new task,
+        before any task starts. The default refuses: a spout whose position does not split
+        restores only at the same parallelism. ``IterableSpout``, ``DataFrameSpout`` and
+        the Nexmark spout keep a position per split (``topology/_splits.py``).
+
+        Raises:
+            NotImplementedError: the default (the submit is refused, naming the spout).
+            ValueError: old states this spout cannot split (the submit is refused).
+        """
+        raise NotImplementedError(
+            f"{cls.__name__} keeps a position that does not split: define the classmethod "
+            f"redistribute(old, index, count) to restore it at another parallelism")

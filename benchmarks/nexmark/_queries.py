@@ -40,7 +40,9 @@ from typing import Any
 from benchmarks.nexmark._generator import EventStream, GeneratorConfig, NexmarkGenerator
 from benchmarks.nexmark._model import EMIT_TIME, FIELDS, KINDS
 from benchmarks.nexmark._parquet import ParquetTable
+from benchmarks.nexmark._splits import SplitEvents
 from topology import BatchBolt, Bolt, StatefulBolt, StatefulSpout, TopologyBuilder
+from topology._splits import SPLITS_KEY, SplitPositions, SplitSpout
 
 #: the result's columns and their Arrow types, in order, per query
 RESULT_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -99,19 +101,21 @@ class EventSpout(StatefulSpout):
         return self.taken
 
 
-class NexmarkSpout(EventSpout):
+class NexmarkSpout(EventSpout, SplitSpout):
     """Generates the Nexmark events in its tasks and emits them on the streams ``person``,
     ``auction`` and ``bid`` (the event's fields, then ``emitTime``: the wall-clock emit
     time, epoch ms, float).
 
-    Task ``k`` of ``n`` generates the events of its blocks of ids
-    (``_generator.task_event_id``), so the tasks together emit each event of
-    ``0 .. events - 1`` once, and any number of tasks emits the same events as
-    ``generate``. Every event is generated, whatever ``kinds`` says (the cost of the
+    Task ``k`` of ``n`` generates the events of its splits' blocks of ids (block ``b`` of
+    50 ids in split ``b % S``, ``S`` = ``topology.max.task.parallelism``; task ``k`` owns
+    splits ``key_group_range(k, n, S)``: ``_splits.SplitEvents``), so the tasks together
+    emit each event of ``0 .. events - 1`` once, and any number of tasks emits the same
+    events as ``generate``. Every event is generated, whatever ``kinds`` says (the cost of the
     source counts all of them, as in Nexmark); only those of ``kinds`` are emitted.
 
-    Its position (ids taken, delayed events held) is its checkpointed state, so a
-    rollback rewinds it (a ``StatefulSpout``).
+    Its position (per split: ids taken, delayed events held) is its checkpointed state,
+    so a rollback rewinds it (a ``StatefulSpout``), and a savepoint restores at another
+    parallelism (``SplitSpout.redistribute``).
 
     Args:
         config: the events.
@@ -140,7 +144,9 @@ class NexmarkSpout(EventSpout):
         self._tasks = len(context.get_component_tasks(context.component_id))
         self._task = context.task_index
         self._generator = NexmarkGenerator(self.config)
-        self._stream = EventStream(self._generator, self._task, self._tasks)
+        self._splits = SplitPositions(conf, self._task, self._tasks, start=(0, ()))
+        self._legacy = False  # a state of before splits: EventStream(task, tasks)
+        self._stream = SplitEvents(self._generator, self._splits.count, self._splits.owned)
         #: event type → the stream it is emitted on, None for kinds not emitted
         self._stream_of = {t: kind if kind in self.kinds else None for kind, t in KINDS.items()}
         self._per_task_pace = (self.events_per_s / self._tasks if self.events_per_s
@@ -149,17 +155,33 @@ class NexmarkSpout(EventSpout):
         self.taken = 0  # events out of this task (progress)
 
     def init_state(self, state) -> None:
-        """Go on from the position in ``state`` (the start when empty)."""
+        """Go on from the positions in ``state``, per split ``(ids taken, delayed ids
+        held)`` (the start when empty); a state of before splits (``position``, ``held``)
+        goes on as it was written, at the same parallelism.
+
+        Raises:
+            ValueError: the state was written under another split count.
+        """
         self._state = state
-        position, held = state.get("position", 0), state.get("held", [])
-        if position or self._stream.position:
+        self._legacy = "position" in state and SPLITS_KEY not in state
+        if self._legacy:
+            position, held = state.get("position"), state.get("held", [])
             self._stream = EventStream(self._generator, self._task, self._tasks, position, held)
             self.taken = position - len(held)
-            self._exhausted = False
+        else:
+            self._splits.load(state, f"NexmarkSpout task {self._task}")
+            self._stream = SplitEvents(self._generator, self._splits.count,
+                                       self._splits.owned, self._splits.positions)
+            self.taken = self._stream.out()
+        self._exhausted = False
 
     def pre_prepare(self, checkpoint_id: int) -> None:
-        self._state.put("position", self._stream.position)
-        self._state.put("held", self._stream.held_ids())
+        if self._legacy:
+            self._state.put("position", self._stream.position)
+            self._state.put("held", self._stream.held_ids())
+            return
+        self._splits.positions = self._stream.positions()
+        self._splits.save(self._state)
 
     def next_tuple(self) -> None:
         if self._exhausted:

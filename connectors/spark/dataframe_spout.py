@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from connectors.spark.arrow_rows import arrow_rows
-from topology import RetryService, StatefulSpout, TopologyError
+from topology import RetryService, TopologyError
+from topology._splits import SPLITS_KEY, SplitPositions, SplitSpout
 
 #: A DataFrameSpout's flush interval (ms): see DataFrameSpout.get_component_configuration
 FLUSH_INTERVAL_MS = 10
@@ -48,18 +49,24 @@ def raydp_internals_quiet() -> Iterator[None]:
         ray_logger.removeFilter(drop)
 
 
-class DataFrameSpout(StatefulSpout):
+class DataFrameSpout(SplitSpout):
     """Emits the rows of a Spark DataFrame as tuples whose fields are its column names.
 
-    Its position (the block being emitted and the items of it already emitted) is its
-    checkpointed state: in a stateful topology a rollback rewinds it there.
+    Its position is its checkpointed state: in a stateful topology a rollback rewinds it
+    there. The frame's blocks are divided into splits (``topology/_splits.py``): block
+    ``b`` is in split ``b % S`` (``S``: ``topology.max.task.parallelism``, 128 when
+    unset; with fewer than ``S`` blocks, split ``b * S // B`` of ``B``, so that few blocks
+    spread over the tasks), and the state holds, per split, the blocks done and the items
+    emitted of the next, so a savepoint restores at another parallelism
+    (``SplitSpout.redistribute``).
 
     On the driver, the constructor hands the frame to RayDP (``spark_dataframe_to_ray_dataset``,
     what ``ray.data.from_spark`` calls), which
     writes it into Ray's object store as Arrow blocks; only the block references travel to
     the spout tasks, never the rows, so the frame is never collected on the driver. Each task
-    fetches one block at a time (task *k* of *n* reads blocks ``k, k+n, ...``) and emits its
-    rows one per ``next_tuple`` call, then ends the stream.
+    fetches one block at a time (task *k* of *n* reads the blocks of its splits,
+    ``key_group_range(k, n, S)``, in order) and emits its rows one per ``next_tuple`` call,
+    then ends the stream.
 
     Value types after the trip: Spark timestamps become ``datetime.datetime``, dates
     ``datetime.date``, decimals ``decimal.Decimal``, nulls ``None`` (Arrow's ``to_pylist``;
@@ -139,9 +146,11 @@ class DataFrameSpout(StatefulSpout):
     def open(self, conf, context, collector) -> None:
         self._collector = collector
         n = len(context.get_component_tasks(context.component_id))
-        self._mine = list(self._block_refs[context.task_index::n])
-        self._next = 0  # index in _mine of the next block to read
-        self._block = -1  # index of the block being emitted, and its items emitted so far
+        self._stride = (n, context.task_index)
+        self._splits = SplitPositions(conf, context.task_index, n, start=(0, 0))
+        self._legacy = False  # a state of before splits: blocks k, k+n, ... (at n tasks)
+        self._order: list = []  # (block, items to skip) still to read, in order
+        self._block = -1  # the block being emitted, and its items emitted so far
         self._item = 0
         self._rows = iter(())
         self.emitted_rows = 0
@@ -149,38 +158,96 @@ class DataFrameSpout(StatefulSpout):
         self._in_flight: dict = {}
         self._replay: list = []
         self._retries = RetryService(conf, context, collector)
+        self._plan()
+
+    def _plan(self, legacy: tuple | None = None) -> None:
+        """The blocks still to read: of this task's splits (:meth:`_where`), from each
+        split's position ``(blocks done, items of the next emitted)``;
+        or, for a state of before splits (``legacy``: ``(j, item)``), this task's blocks
+        ``k, k+n, ...`` from its ``j``-th."""
+        blocks = len(self._block_refs)
+        if legacy is not None:
+            (n, k), (j, item) = self._stride, legacy
+            mine = list(range(k, blocks, n))[max(j, 0):]
+            self._order = [(b, item if i == 0 and j >= 0 else 0)
+                           for i, b in enumerate(mine)][::-1]  # (popped from the end)
+            return
+        pos, order = self._splits.positions, []
+        for b in range(blocks):
+            s, rank = self._where(b)
+            if s in pos and rank >= pos[s][0]:
+                order.append((b, pos[s][1] if rank == pos[s][0] else 0))
+        self._order = order[::-1]  # (popped from the end)
+
+    def _where(self, block: int) -> tuple[int, int]:
+        """``(split, rank in it)`` of ``block``: split ``b % S``, rank ``b // S`` (the
+        items' rule, ``topology/_splits.py``) when the frame has at least ``S`` blocks;
+        with fewer, split ``b * S // B`` and rank 0, so that its few blocks spread over
+        the splits, and so over the tasks, instead of all falling to the first task's."""
+        S, B = self._splits.count, len(self._block_refs)
+        return (block % S, block // S) if B >= S else (block * S // B, 0)
 
     def init_state(self, state) -> None:
-        """Go on from the position in ``state``: ``(block, item)``, the block of this task
-        being emitted and the items of it already emitted (an empty state: from the first
-        block). A rewind reads that block again and skips those items, and forgets what
-        was in flight."""
+        """Go on from the positions in ``state``, per split: ``(blocks done, items
+        emitted of the next)`` (an empty state: from the first block). A rewind reads the
+        block it was in again, skips the items emitted, and forgets what was in flight.
+
+        Raises:
+            ValueError: the state was written under another split count.
+        """
         self._state = state
-        block, item = state.get("position", (-1, 0))  # (none yet: from the first block)
         self._in_flight.clear()
         self._replay.clear()
-        self._next, self._rows, self._block, self._item = max(block, 0), iter(()), -1, 0
-        if block >= 0 and self._next_block():
-            self._rows = itertools.islice(self._rows, item, None)
-            self._item = item
+        self._rows, self._block, self._item = iter(()), -1, 0
+        self._legacy = "position" in state and SPLITS_KEY not in state
+        if self._legacy:
+            self._plan(tuple(state.get("position")))
+            return
+        self._splits.load(state, f"DataFrameSpout task {self._stride[1]}")
+        self._splits.positions = {s: tuple(p) for s, p in self._splits.positions.items()}
+        self._plan()
 
     def pre_prepare(self, checkpoint_id: int) -> None:
-        self._state.put("position", (self._block, self._item))
+        if self._legacy:
+            n, k = self._stride
+            self._state.put("position", ((self._block - k) // n if self._block >= 0 else -1,
+                                         self._item))
+            return
+        if self._block >= 0:
+            s, rank = self._where(self._block)
+            self._splits.positions[s] = (rank, self._item)
+        self._splits.save(self._state)
 
-    def _next_block(self) -> bool:
+    def _fetch(self, ref):
+        """A block's Arrow table (``ray.get``)."""
         import ray
 
-        while self._next < len(self._mine):
-            self._block, self._item = self._next, 0
-            table = ray.get(self._mine[self._next])
-            self._next += 1
+        return ray.get(ref)
+
+    def _block_done(self) -> None:
+        if self._block >= 0 and not self._legacy:
+            s, rank = self._where(self._block)
+            self._splits.positions[s] = (rank + 1, 0)
+
+    def _next_block(self) -> bool:
+        while self._order:
+            self._block_done()  # (the block before)
+            self._block, skip = self._order.pop()
+            self._item = 0
+            table = self._fetch(self._block_refs[self._block])
             if table.num_rows:
                 if self._arrow:  # one tuple per record batch
                     self._rows = ((b,) for b in table.select(list(self.columns)).to_batches(
                         max_chunksize=self._batch_rows) if b.num_rows)
                 else:
                     self._rows = arrow_rows(table, self.columns)
+                if skip:
+                    self._rows = itertools.islice(self._rows, skip, None)
+                    self._item = skip
                 return True
+        if not self._legacy:  # (a state of before splits keeps the last block's place)
+            self._block_done()
+            self._block, self._item = -1, 0
         return False
 
     def next_tuple(self) -> None:
@@ -205,7 +272,7 @@ class DataFrameSpout(StatefulSpout):
 
     def drain(self) -> None:
         """Take no new row: emit the replays, then end the stream."""
-        self._next = len(self._mine)
+        self._order = []
         self._rows = iter(())
 
     def progress(self) -> int:
