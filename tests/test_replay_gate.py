@@ -5,6 +5,7 @@ on entry."""
 
 from __future__ import annotations
 
+import time
 from collections import deque
 
 import pytest
@@ -223,3 +224,29 @@ def test_a_stateful_spout_without_msg_ids_is_accepted_with_acking():
             raise StopIteration
 
     plan(_spout_topology(KeepsPosition()), {"topology.acker.executors": 1})
+
+
+def test_the_spout_loop_sends_what_the_hold_kept_before_its_stream_ends():
+    """The executor without Ray: a hold up when ``next_tuple`` raises ``StopIteration``
+    ends, and what it held is sent before the stream ends."""
+    from actors import make_executor
+    from tests._util import until
+    from tests.components import CollectorBolt
+    from topology import IterableSpout, TopologyBuilder
+
+    b = TopologyBuilder()
+    b.set_spout("src", IterableSpout([(7,)], fields=("v",)))
+    b.set_bolt("sink", CollectorBolt()).shuffle_grouping("src")
+    conf = {"topology.acker.executors": 0, "topology.producer.batch.size": 1}
+    spout = make_executor("t", b.create_topology(), conf, 2, {1: 0, 2: 0})
+    downstream: list = []
+    spout.connect({1: lambda items: downstream.extend(items) or len(items)})
+    # a replay that will not come (the hold's deadline is far off)
+    spout.collector.hold_new_emits([999], time.monotonic(), 30.0)
+    spout.start()
+    try:
+        assert spout.done.wait(10)
+        until(lambda: downstream, 5, interval=0.001)
+        assert downstream[0][1] == (7,)  # (then the end of its stream)
+    finally:
+        spout.stop()
