@@ -506,7 +506,9 @@ class StreamingDataFrameSpout(StatefulSpout):
         self.emitted_rows += n
 
     def progress(self) -> int:
-        """Rows emitted by this task so far (replays not counted)."""
+        """Rows emitted by this task so far: replays of failed rows not counted; rows
+        emitted again after a rollback rewound the spout counted again (progress, not an
+        exact count)."""
         return self.emitted_rows
 
     def ack(self, msg_id) -> None:
