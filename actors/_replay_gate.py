@@ -36,7 +36,7 @@ class ReplayGate:
         timeout_s: how long the hold lasts at most, from :meth:`expire`'s first call (the
             task's first queue check after the rollback: the pause until the topology
             resumes does not count); 0 means :data:`ZERO_TIMEOUT_HOLD_S`.
-        carried: the gate of an earlier rollback whose hold had not ended: its held
+        carried: the gate of an earlier rollback: if its hold had not ended, its held
             emits (never sent, so the new rollback did not fail them) stay held, first,
             and its failed ids still to come are still waited for.
 
@@ -65,8 +65,8 @@ class ReplayGate:
                 self.unhashable += 1
         self.held: deque = deque()
         self.held_total = self.late = 0
-        if carried is not None:
-            pending |= carried.pending
+        if carried is not None and not carried.open:  # (an open one holds nothing, and
+            pending |= carried.pending  # its ids missed their deadline: not waited for again)
             self.held.extend(carried.held)
             carried.held.clear()
         self.pending = pending

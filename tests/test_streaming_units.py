@@ -336,3 +336,16 @@ def test_a_replay_gate_opens_at_its_deadline_and_counts_replays_after_it_as_late
     assert g.release() == ["five"] and g.admits(6)
     assert g.admits(1) and g.late == 1  # a replay after the hold: late
     assert not g.done(19.0) and g.done(20.0)  # id 2 forgotten at forget_at
+
+
+def test_a_replay_gate_carries_an_earlier_hold_only_while_it_lasts():
+    from actors._replay_gate import ReplayGate
+
+    first = ReplayGate([1, 2], timeout_s=10.0)
+    first.hold("new")
+    second = ReplayGate([3], timeout_s=10.0, carried=first)
+    assert second.pending == {1, 2, 3} and list(second.held) == ["new"]
+    first = ReplayGate([1], timeout_s=10.0)
+    first.expire(0.0)
+    assert first.expire(10.0)  # its deadline passed: 1 is no longer waited for
+    assert ReplayGate([3], timeout_s=10.0, carried=first).pending == {3}
