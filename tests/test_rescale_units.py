@@ -377,3 +377,29 @@ def test_a_dataframe_spout_state_without_splits_goes_on_at_the_same_parallelism(
     assert sorted(_run(legacy)) == [r for r in range(30) if r not in done]
     old = _snapshot(legacy)
     assert old[0]["position"] == (2, 5) and SPLITS_KEY not in old[0]  # (its 3rd block, 4)
+
+
+@pytest.mark.parametrize("arrow", [False, True])
+@pytest.mark.parametrize("new_n", [1, 2])
+def test_a_dataframe_spout_restored_at_a_block_boundary_emits_the_blocks_after_it(arrow, new_n):
+    from connectors.spark.dataframe_spout import DataFrameSpout
+
+    one = _frames(1, 3, groups=2)
+    for s in one:
+        s._arrow, s._batch_rows = arrow, 100  # (arrow: one tuple, a record batch, per block)
+    first = _run(one, 1 if arrow else 5)  # (all of block 0, not yet moved on)
+    old = _snapshot(one)
+    again = _frames(new_n, 3, [DataFrameSpout.redistribute(old, j, new_n) for j in range(new_n)],
+                    groups=2)
+    for s in again:
+        s._arrow, s._batch_rows = arrow, 100
+    rest = _run(again)
+    if arrow:
+        first, rest = ([r for b in out for r in b.column(0).to_pylist()] for out in (first, rest))
+    assert sorted(first + rest) == list(range(15))
+
+
+def test_a_dataframe_spout_state_without_splits_at_a_block_end_goes_on_with_its_next_block():
+    # task 0 of 2 (blocks 0, 2, 4) had emitted all 5 rows of its first block
+    legacy = _frames(2, 6, [{"position": (0, 5)}, {"position": (0, 5)}])
+    assert sorted(_run(legacy)) == [r for r in range(30) if r >= 10]

@@ -255,11 +255,10 @@ class DataFrameSpout(SplitSpout):
             mid = self._replay.pop(0)
             self._collector.emit(self._in_flight[mid], msg_id=mid)
             return
-        row = next(self._rows, None)
-        if row is None:
+        # (a block whose items were all emitted before a restore is skipped whole: on)
+        while (row := next(self._rows, None)) is None:
             if not self._next_block():
                 raise StopIteration
-            row = next(self._rows)
         if self._msg_ids:
             mid = self._emitted_items
             self._in_flight[mid] = row
