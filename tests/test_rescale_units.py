@@ -26,7 +26,7 @@ from actors.state.savepoints import (
     seed_provider,
     write_savepoint,
 )
-from topology import IterableSpout, StatefulBolt, StatefulSpout, TopologyBuilder
+from topology import Bolt, IterableSpout, StatefulBolt, StatefulSpout, TopologyBuilder
 from topology._keygroups import key_group, key_group_range, operator_index, stable_hash
 from topology._splits import SPLITS_KEY, SplitPositions, redistribute_splits, split_items
 
@@ -287,6 +287,29 @@ def test_each_restore_that_cannot_rescale_is_refused_naming_component_and_reason
     sp = _savepoint(tmp_path, old, state)
     with pytest.raises(SavepointError, match=match):
         check_splits(rescale(sp, new, conf), new, conf)
+
+
+class _Parse(Bolt):
+    outputs = ("key", "n")
+
+    def execute(self, tup) -> None:
+        pass
+
+
+@pytest.mark.parametrize("tasks", [1, 3])
+def test_a_stateless_chained_peer_may_move_with_its_stateful_peer(tmp_path, tasks):
+    def topology(n):
+        b = TopologyBuilder()
+        b.set_spout("src", IterableSpout([(0, 1)], ("key", "n")), n)
+        b.set_bolt("parse", _Parse(), n).local_or_shuffle_grouping("src")
+        return b.create_topology().with_chains(["parse"])
+
+    sp = _savepoint(tmp_path, topology(2), {"src": {k: {enc(SPLITS_KEY): enc(GROUPS)}
+                                                     for k in range(2)}})
+    new = topology(tasks)
+    rescaled = rescale(sp, new, CONF)
+    check_restore(rescaled, new, conf=CONF)  # (no refusal: both ends of the chain moved)
+    assert rescaled.layout["tasks"]["parse"] == tasks
 
 
 class _Frame:

@@ -229,7 +229,13 @@ def rescale(savepoint: Savepoint, topology: StormTopology, conf: dict) -> Savepo
         components[c] = new_n
     if not changed:
         return savepoint
-    layout = {**was, "tasks": {**was["tasks"], **{c: n for c, (_, n) in changed.items()}}}
+    # a forward peer (with state or without) moved with its stateful peer: _check_forward
+    # let only equal counts at both ends through
+    peers = {c for edge in was["forward"] + now["forward"] if set(edge) & set(changed)
+             for c in edge}
+    moved = {c: now["tasks"][c] for c in peers if c in now["tasks"]}
+    layout = {**was, "tasks": {**was["tasks"], **moved,
+                               **{c: n for c, (_, n) in changed.items()}}}
     return Rescaled(**{**vars(savepoint), "entries": entries, "components": components,
                        "layout": layout, "key_groups": key_groups})
 
