@@ -176,6 +176,12 @@ def test_a_spout_state_without_splits_does_not_redistribute():
     assert sorted(_run(legacy)) == [3, 4, 5, 6, 7, 8, 9]  # (task 0 took 0, 2; task 1: 1)
 
 
+
+def test_a_spout_state_with_more_than_its_splits_is_refused_naming_the_keys():
+    with pytest.raises(ValueError, match=r"old task 1 keeps \['seen'\] beside its split"):
+        redistribute_splits([{"splits": 2, ("split", 0): 3},
+                             {"splits": 2, ("split", 1): 0, "seen": 9}], 0, 1)
+
 # -- a rescaled savepoint, seeded and restored -------------------------------------------
 
 
