@@ -432,3 +432,13 @@ def test_a_dataframe_spout_state_without_splits_at_a_block_end_goes_on_with_its_
     # task 0 of 2 (blocks 0, 2, 4) had emitted all 5 rows of its first block
     legacy = _frames(2, 6, [{"position": (0, 5)}, {"position": (0, 5)}])
     assert sorted(_run(legacy)) == [r for r in range(30) if r >= 10]
+
+
+def test_a_dataframe_spout_state_of_another_block_count_is_refused():
+    from connectors.spark.dataframe_spout import DataFrameSpout
+
+    old = _snapshot(_frames(2, 3))
+    assert DataFrameSpout.redistribute(old, 0, 1)["blocks"] == 3
+    with pytest.raises(ValueError, match="DataFrameSpout task 0: its state is of a frame of "
+                                         "3 blocks, this frame has 4"):
+        _frames(1, 4, [DataFrameSpout.redistribute(old, 0, 1)])
