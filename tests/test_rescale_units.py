@@ -442,3 +442,40 @@ def test_a_dataframe_spout_state_of_another_block_count_is_refused():
     with pytest.raises(ValueError, match="DataFrameSpout task 0: its state is of a frame of "
                                          "3 blocks, this frame has 4"):
         _frames(1, 4, [DataFrameSpout.redistribute(old, 0, 1)])
+
+
+def test_a_keyed_bolt_whose_key_fields_changed_is_refused_naming_both(tmp_path):
+    def topology(n, fields):
+        b = TopologyBuilder()
+        b.set_spout("src", IterableSpout([(0, 1)], ("key", "n")), 1)
+        b.set_bolt("sum", Sum(), n).fields_grouping("src", fields)
+        return b.create_topology()
+
+    sp = _savepoint(tmp_path, topology(2, ("key",)), {"sum": {0: {}, 1: {}}})
+    with pytest.raises(SavepointError, match=r"'sum': savepoint has 2 tasks, this topology "
+                                             r"has 3, and the savepoint has keyed state "
+                                             r"grouped by fields \['key'\].*this topology "
+                                             r"has keyed state grouped by fields \['n'\]"):
+        rescale(sp, topology(3, ("n",)), CONF)
+
+
+def test_a_sink_rescales_under_another_key_group_count(tmp_path):
+    from topology import TwoPhaseCommitSink
+
+    class Sink(TwoPhaseCommitSink):
+        def write(self, tup): pass
+        def pre_commit(self, checkpoint_id): return None
+        def commit(self, checkpoint_id, transaction): pass
+        def abort(self, checkpoint_id, transaction): pass
+
+    def topology(n):
+        b = TopologyBuilder()
+        b.set_spout("src", IterableSpout([(0, 1)], ("key", "n")), 1)
+        b.set_bolt("sink", Sink(), n).shuffle_grouping("src")
+        return b.create_topology()
+
+    txn = {INTERNAL_PREFIX + enc(("txn", 7)): enc(["t"])}
+    sp = _savepoint(tmp_path, topology(2), {"sink": {0: txn, 1: {}}})
+    conf = {"topology.max.task.parallelism": 16}  # (the savepoint's: 13)
+    rescaled = rescale(sp, topology(3), conf)
+    assert rescaled.components["sink"] == 3

@@ -35,7 +35,7 @@ from typing import Any
 
 from actors._codec import decode_key, decode_value, value_encoder
 from actors.state._internals import INTERNAL_PREFIX
-from actors.state.savepoints import Savepoint, SavepointError
+from actors.state.savepoints import Savepoint, SavepointError, _inputs
 from topology import StatefulSpout, StormTopology, TwoPhaseCommitSink
 from topology._keygroups import KEY_GROUPS_KEY, key_group_count, key_group_range, operator_index
 from topology._splits import SPLITS_KEY
@@ -196,20 +196,26 @@ def rescale(savepoint: Savepoint, topology: StormTopology, conf: dict) -> Savepo
             raise SavepointError(f"savepoint {savepoint.path}: component {c!r}: savepoint "
                                  f"has {old_n} tasks, this topology has {new_n}, and {why}; "
                                  f"restore with {old_n}")
-        if was["key_groups"] != groups:
-            refuse(f"the savepoint has {was['key_groups']} key groups, {KEY_GROUPS_KEY} is "
-                   f"{groups} (a rescale keeps the key-group count, as Flink keeps the max "
-                   f"parallelism)")
+        def same_groups(c: str = c) -> None:  # (what splits by key group: spouts, keys)
+            if was["key_groups"] != groups:
+                refuse(f"the savepoint has {was['key_groups']} key groups, {KEY_GROUPS_KEY} "
+                       f"is {groups} (a rescale keeps the key-group count, as Flink keeps "
+                       f"the max parallelism)")
         old = savepoint.entries.get(c, {})
         try:
             if spec.is_spout:
+                same_groups()
                 if type(spec.obj).redistribute.__func__ is StatefulSpout.redistribute.__func__:
                     refuse(f"spout class {type(spec.obj).__name__} has no redistribute "
                            f"(its position does not split)")
                 entries[c] = assign_spout(type(spec.obj), old, old_n, new_n)
             elif isinstance(spec.obj, TwoPhaseCommitSink):
                 entries[c] = assign_transactions(old, new_n)
+            elif was["keyed"].get(c) and was["keyed"].get(c) != now["keyed"].get(c):
+                refuse(f"the savepoint has {_inputs(was['keyed'][c])}, this topology has "
+                       f"{_inputs(now['keyed'].get(c))} (its keys would be other keys)")
             elif c in now["keyed"] and was["keyed"].get(c) == now["keyed"][c]:
+                same_groups()
                 kg = keyed_state(topology, c, topology.component_tasks[c][0], conf)[0]
                 memo = key_groups[c] = {}
 
