@@ -55,7 +55,7 @@ def test_keyed_entries_land_on_the_task_owning_their_group_with_their_values(old
         g = key_group(stable_hash(key), GROUPS)
         old[operator_index(g, old_n, GROUPS)][enc(key)] = enc(1000 * key)
     old[0][FINISHED] = b"\xc3"
-    new = assign_keyed(old, new_n, GROUPS, _group)
+    new = assign_keyed(old, old_n, new_n, GROUPS, _group)
     assert sorted(new) == list(range(new_n))
     seen = {}
     for j, entries in new.items():
@@ -69,10 +69,15 @@ def test_keyed_entries_land_on_the_task_owning_their_group_with_their_values(old
     assert seen == {key: 1000 * key for key in range(KEYS)}
 
 
+def test_a_new_keyed_task_is_finished_only_if_every_old_task_of_its_groups_was():
+    # (old task 1 of 2 left no entries: it is counted, not finished)
+    new = assign_keyed({0: {FINISHED: b"\xc3"}}, 2, 1, GROUPS, _group)
+    assert FINISHED not in new[0]
+
 def test_keyed_runtime_entries_that_do_not_split_are_refused():
     old = {0: {INTERNAL_PREFIX + enc(("part", 1)): b"\x00"}, 1: {}}
     with pytest.raises(ValueError, match="old task 0 keeps 1 runtime entries"):
-        assign_keyed(old, 3, GROUPS, _group)
+        assign_keyed(old, 2, 3, GROUPS, _group)
 
 
 @pytest.mark.parametrize("old_n, new_n", [(2, 3), (3, 2)])

@@ -71,11 +71,12 @@ def _finished(olds: list[Entries]) -> Entries:
     return {FINISHED: b"\xc3"} if olds and all(FINISHED in e for e in olds) else {}
 
 
-def assign_keyed(old: dict[int, Entries], new_n: int, groups: int,
+def assign_keyed(old: dict[int, Entries], old_n: int, new_n: int, groups: int,
                  group_of: Callable[[bytes], int]) -> dict[int, Entries]:
-    """Each new task's entries of a keyed component: from each intersecting old task, the
-    user entries whose group (``group_of(stored key)``) it owns, and the finished record
-    when every such old task had it.
+    """Each new task's entries of a keyed component: from each intersecting old task (of
+    ``old_n``; one missing from ``old`` counts as not finished), the user entries whose
+    group (``group_of(stored key)``) it owns, and the finished record when every such old
+    task had it.
 
     Raises:
         ValueError: runtime-internal entries other than the finished record (persistent
@@ -92,7 +93,7 @@ def assign_keyed(old: dict[int, Entries], new_n: int, groups: int,
         for key, v in entries.items():
             if key != FINISHED:
                 out[owner[group_of(key)]][key] = v
-    for j, sources in enumerate(key_group_sources(len(old), new_n, groups)):
+    for j, sources in enumerate(key_group_sources(old_n, new_n, groups)):
         out[j].update(_finished([old.get(k, {}) for k in sources]))
     return out
 
@@ -223,7 +224,7 @@ def rescale(savepoint: Savepoint, topology: StormTopology, conf: dict) -> Savepo
                     key = decode_key(stored)
                     g = memo[key] = kg(key)
                     return g
-                entries[c] = assign_keyed(old, new_n, groups, group_of)
+                entries[c] = assign_keyed(old, old_n, new_n, groups, group_of)
             else:
                 refuse("its state is per task, not keyed by a fields grouping (Flink "
                        "refuses non-partitioned state at another parallelism): it cannot "
