@@ -35,7 +35,7 @@ from typing import Any
 
 from actors._codec import decode_key, decode_value, value_encoder
 from actors.state._internals import INTERNAL_PREFIX
-from actors.state.savepoints import Savepoint, SavepointError, _inputs
+from actors.state.savepoints import Savepoint, SavepointError, describe_inputs
 from topology import StatefulSpout, StormTopology, TwoPhaseCommitSink
 from topology._keygroups import KEY_GROUPS_KEY, key_group_count, key_group_range, operator_index
 from topology._splits import SPLITS_KEY
@@ -213,8 +213,8 @@ def rescale(savepoint: Savepoint, topology: StormTopology, conf: dict) -> Savepo
             elif isinstance(spec.obj, TwoPhaseCommitSink):
                 entries[c] = assign_transactions(old, new_n)
             elif was["keyed"].get(c) and was["keyed"].get(c) != now["keyed"].get(c):
-                refuse(f"the savepoint has {_inputs(was['keyed'][c])}, this topology has "
-                       f"{_inputs(now['keyed'].get(c))} (its keys would be other keys)")
+                refuse(f"the savepoint has {describe_inputs(was['keyed'][c])}, this topology has "
+                       f"{describe_inputs(now['keyed'].get(c))} (its keys would be other keys)")
             elif c in now["keyed"] and was["keyed"].get(c) == now["keyed"][c]:
                 same_groups()
                 kg = keyed_state(topology, c, topology.component_tasks[c][0], conf)[0]
