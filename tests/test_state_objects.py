@@ -16,7 +16,8 @@ import pytest
 from actors._codec import encode_value
 from actors.state._object_format import MAGIC, log_record, record_name
 from actors.state._objects import MAX_CHAIN, MIN_CHAIN, ObjectProvider
-from actors.state._provider import COMMITTED, FINAL, PREPARING, CorruptCheckpoint
+from actors.state._manifest import ManifestedStore
+from actors.state._provider import COMMITTED, FINAL, PREPARING, CorruptCheckpoint, MissingState
 from actors.state.providers import StateDirError, make_provider
 from cluster._state_dir import check_shared_dir
 from tests.components import StatefulWordCount, merged_counts, words
@@ -49,11 +50,12 @@ def test_a_restarted_task_restores_from_the_objects_alone(uri):
     assert store.restore(None) == {}
     store.prepare(1, [(3, k("a"), k(1)), (5, k("b"), k(1))], [])
     store.prepare(2, [(3, k("a"), k(2))], [(5, k("b"))])
-    store.prepare(3, [], [])  # (changed nothing: writes no object)
+    store.prepare(3, [], [])  # (changed nothing: an empty object the manifest can name)
     store.prepare(4, [(5, k("c"), k(9))], [])  # (a round that will be rolled back)
     store.close()
     assert _files(p) == ["count/task-1/gen-00000000000000000000/delta-00000000000000000001",
                          "count/task-1/gen-00000000000000000000/delta-00000000000000000002",
+                         "count/task-1/gen-00000000000000000000/delta-00000000000000000003",
                          "count/task-1/gen-00000000000000000000/delta-00000000000000000004"]
     # another process (another node): a new provider, a new working copy
     again = ObjectProvider(uri, "topo", "s1").task_store_at("count", 7, 1)
@@ -220,3 +222,80 @@ def test_stateful_word_count_on_a_uri_is_exact_after_tasks_are_killed(cluster, n
     finally:
         cluster.kill_topology(name)
     assert _files(provider) == [], "kill deletes the submit's objects"
+
+
+def _committed_round(log, store, cid, changes: dict) -> None:
+    """One round of ``store`` (task 7) committed with its manifest entry, as the
+    coordinator records it."""
+    log.record(PREPARING, cid)
+    n = store.prepare(cid, [(0, k(x), k(v)) for x, v in changes.items()], [])
+    log.record(COMMITTED, cid, {7: (cid, n)})
+
+
+def _checked(p: ObjectProvider, index: int = 0) -> ManifestedStore:
+    log = p.checkpoint_log()
+    return ManifestedStore(p.task_store_at("count", 7, index),
+                           lambda c: (log.manifest(c) or {}).get(7))
+
+
+def test_a_zombie_delta_off_the_chain_is_never_read(tmp_path):
+    uri = f"file://{tmp_path}/ckpt"
+    p = ObjectProvider(uri, "topo", "s1")
+    log = p.checkpoint_log()
+    log.load()
+    zombie = p.task_store_at("count", 7, 0)
+    _committed_round(log, zombie, 1, {"x": 1, "y": 1})
+    log.record(PREPARING, 2)  # (round 2 in flight: the zombie's node is cut off)
+    new = ObjectProvider(uri, "topo", "s1").task_store_at("count", 7, 0)
+    assert new.restore(1) == {k("x"): k(1), k("y"): k(1)}  # (rolled back to 1)
+    zombie.prepare(2, [(0, k("x"), k("zombie"))], [])  # (lands after the rollback)
+    _committed_round(log, new, 3, {"y": 2})
+    expected = {k("x"): k(1), k("y"): k(2)}
+    assert ObjectProvider(uri, "topo", "s1").read_raw(3)["count"][7] == expected
+    assert _checked(ObjectProvider(uri, "topo", "s1")).restore(3) == expected
+
+
+def test_a_task_whose_objects_are_gone_is_missing_state(tmp_path):
+    uri = f"file://{tmp_path}/ckpt"
+    p = ObjectProvider(uri, "topo", "s1")
+    log = p.checkpoint_log()
+    log.load()
+    store = p.task_store_at("count", 7, 0)
+    _committed_round(log, store, 1, {"a": 1})
+    _committed_round(log, store, 2, {})  # (changed nothing: its manifest count is 0)
+    store.close()
+    p.location.filesystem.delete_dir(f"{p.root}/count")  # (not there on its new node)
+    with pytest.raises(MissingState, match="task-0"):
+        _checked(ObjectProvider(uri, "topo", "s1")).restore(2)
+
+
+def test_state_objects_are_published_never_written_in_place(tmp_path, monkeypatch):
+    from actors.state import _fs
+
+    p = ObjectProvider(f"file://{tmp_path}/ckpt", "topo", "s1")
+    store = p.task_store_at("count", 7, 0)
+
+    def in_place(location, path, data):  # (a kill mid-write would tear it where it lies)
+        assert "/." in path and path.endswith(".tmp"), f"{path} written in place"
+        write_bytes(location, path, data)
+
+    write_bytes = _fs.write_bytes
+    monkeypatch.setattr(_fs, "write_bytes", in_place)
+    for cid in range(1, MIN_CHAIN + 2):
+        store.prepare(cid, [(0, k("a"), k("x" * 64 * cid))], [])
+    store.collect(1)  # (compacts: a base)
+    assert any(f.endswith("/base") for f in _files(p))
+
+
+def test_the_working_copies_are_in_a_private_directory(tmp_path, monkeypatch):
+    import stat
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    os.chmod(tmp_path, 0o700)
+    p = ObjectProvider(f"file://{tmp_path}/ckpt", "topo", "s1")
+    p.task_store_at("count", 7, 0)
+    work = p.work_dir
+    while work.startswith(str(tmp_path) + "/"):
+        assert stat.S_IMODE(os.stat(work).st_mode) == 0o700, work
+        work = os.path.dirname(work)

@@ -74,6 +74,17 @@ class TaskStore(ABC):
             CorruptCheckpoint: the data of that checkpoint fails its check.
         """
 
+    def restore_checked(self, checkpoint_id: int | None, groups: range | None,
+                        named: tuple[int, int] | None) -> dict[bytes, bytes]:
+        """:meth:`restore`, then :meth:`check_prepared` against ``named``, the commit
+        manifest's entry for the task (``(checkpoint id, entry count)``; None: none). A
+        store whose restore must follow what the manifest names (the object provider's
+        chain) overrides it. Blocks and raises as both do."""
+        out = self.restore(checkpoint_id, groups)
+        if checkpoint_id is not None and named is not None:
+            self.check_prepared(*named)
+        return out
+
     def check_prepared(self, checkpoint_id: int, count: int | None) -> None:  # noqa: B027
         """Raise :class:`CorruptCheckpoint` (naming the store's path or key) unless this
         store holds what checkpoint ``checkpoint_id`` wrote: its record with ``count``
