@@ -114,12 +114,17 @@ def test_the_log_is_append_only_and_a_torn_record_is_never_read(uri):
     torn = f"{p.root}/_log/{record_name(FINAL, 4)}"
     with p.location.filesystem.open_output_stream(torn) as f:
         f.write(whole[:len(whole) // 2])
+    # (its name is the commit point: it stays committed, its manifest unknown)
     fresh = p.checkpoint_log()
-    assert fresh.load() == (PREPARING, 4, [2, 3])
+    assert fresh.load() == (FINAL, 4, [3, 4])
     assert fresh.manifest(3) == {7: (3, 2)} and fresh.manifest(4) is None
     with p.location.filesystem.open_output_stream(torn) as f:
         f.write(MAGIC + b"\0" * 12)  # (a header, no payload)
-    assert p.checkpoint_log().load() == (PREPARING, 4, [2, 3])
+    assert p.checkpoint_log().load() == (FINAL, 4, [3, 4])
+    preparing = f"{p.root}/_log/{record_name(PREPARING, 5)}"
+    with p.location.filesystem.open_output_stream(preparing) as f:
+        f.write(MAGIC)  # (a torn record of another phase is skipped)
+    assert p.checkpoint_log().load() == (FINAL, 4, [3, 4])
     p.delete()
 
 
@@ -299,3 +304,19 @@ def test_the_working_copies_are_in_a_private_directory(tmp_path, monkeypatch):
     while work.startswith(str(tmp_path) + "/"):
         assert stat.S_IMODE(os.stat(work).st_mode) == 0o700, work
         work = os.path.dirname(work)
+
+
+def test_a_torn_commit_record_stays_committed_and_records_are_synced(tmp_path, monkeypatch):
+    p = ObjectProvider(f"file://{tmp_path}/ckpt", "topo", "s1")
+    log = p.checkpoint_log()
+    log.load()
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(
+        f"/proc/self/fd/{fd}")), real(fd)))
+    for cid in (1, 2, 3):
+        log.record(PREPARING, cid)
+        log.record(COMMITTED, cid, {7: (cid, 1)})
+    assert f"{p.root}/_log" in synced and any(".tmp" in f for f in synced), synced
+    open(f"{p.root}/_log/{record_name(COMMITTED, 3)}", "wb").close()  # (a power loss)
+    assert p.checkpoint_log().load() == (COMMITTED, 3, [2, 3])  # (never 2, below it)
