@@ -19,7 +19,7 @@ from actors.state._objects import MAX_CHAIN, MIN_CHAIN, ObjectProvider
 from actors.state._manifest import ManifestedStore
 from actors.state._provider import COMMITTED, FINAL, PREPARING, CorruptCheckpoint, MissingState
 from actors.state.providers import StateDirError, make_provider
-from cluster._state_dir import check_shared_dir
+from cluster._state_dir import check_shared_dir, local_dir
 from tests.components import StatefulWordCount, merged_counts, words
 from tests.test_state import kill_mid_stream
 from topology import IterableSpout, TopologyBuilder, TopologyError
@@ -320,3 +320,11 @@ def test_a_torn_commit_record_stays_committed_and_records_are_synced(tmp_path, m
     assert f"{p.root}/_log" in synced and any(".tmp" in f for f in synced), synced
     open(f"{p.root}/_log/{record_name(COMMITTED, 3)}", "wb").close()  # (a power loss)
     assert p.checkpoint_log().load() == (COMMITTED, 3, [2, 3])  # (never 2, below it)
+
+
+def test_the_multi_node_check_reads_the_path_the_provider_writes(tmp_path):
+    (tmp_path / "a b").mkdir()
+    p = ObjectProvider(f"file://{tmp_path}/a%20b/c", "topo", "s1")
+    assert local_dir(f"file://{tmp_path}/a%20b/c") == p.location.base == f"{tmp_path}/a b/c"
+    assert local_dir("relative/dir") == os.path.abspath("relative/dir")
+    assert local_dir("s3://bucket/prefix") is None
