@@ -328,3 +328,25 @@ def test_the_multi_node_check_reads_the_path_the_provider_writes(tmp_path):
     assert local_dir(f"file://{tmp_path}/a%20b/c") == p.location.base == f"{tmp_path}/a b/c"
     assert local_dir("relative/dir") == os.path.abspath("relative/dir")
     assert local_dir("s3://bucket/prefix") is None
+
+
+def test_a_commit_record_stored_by_a_write_that_raised_is_committed(tmp_path, monkeypatch):
+    from actors.state import _fs
+    from actors.state._coordinator import CoordinatorCore
+
+    p = ObjectProvider(f"file://{tmp_path}/ckpt", "topo", "s1")
+    core = CoordinatorCore(p.checkpoint_log(), tasks=[7], spout_tasks=[7], interval_s=1,
+                           timeout_s=10, min_pause_s=0, now=0, publishers=[7])
+    publish = _fs.publish
+
+    def stored_then_raised(location, path, *args, **kwargs):
+        publish(location, path, *args, **kwargs)
+        if f"/{COMMITTED}-" in path:
+            raise OSError("timed out (the store applied it)")
+
+    for now in (2, 4):
+        core.tick(now)
+        monkeypatch.setattr(_fs, "publish", stored_then_raised if now == 4 else publish)
+        actions = core.prepared(7, core.round, core.gen, now, count=1)
+    assert [a.kind for a in actions] == ["commit"] and core.committed == [1, 2]
+    assert p.checkpoint_log().load()[2] == [1, 2]

@@ -128,6 +128,19 @@ class ObjectLog(CheckpointLog):
                     pass
                 self._known.discard(old)
 
+    def read_back(self, phase: str, checkpoint_id: int) -> bool:
+        rec = parse_record_name(record_name(phase, checkpoint_id))
+        try:
+            self._read(rec)
+        except Exception:  # (gone, torn, or the store still unreachable: not known)
+            return False
+        with self._lock:
+            if self._known is not None:
+                self._known.add(rec)
+            if phase in COMMIT_PHASES:
+                self._committed = sorted({*self._committed, checkpoint_id})[-KEEP_COMMITTED:]
+        return True
+
     def manifest(self, checkpoint_id: int) -> dict[int, tuple[int, int]] | None:
         for phase in COMMIT_PHASES:
             try:

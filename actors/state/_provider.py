@@ -124,6 +124,14 @@ class CheckpointLog(ABC):
         kept, or a log that keeps none)."""
         return None
 
+    def read_back(self, phase: str, checkpoint_id: int) -> bool:
+        """After a :meth:`record` that raised: whether its record is stored anyway (a
+        write the store applied whose reply was lost), read back from the store, and
+        then taken as recorded. False: not stored, or the log cannot tell (the default).
+        Flink likewise settles a failed store of a completed checkpoint before it
+        declares the checkpoint failed. Blocks for one read; raises nothing."""
+        return False
+
     def where(self) -> str:
         """Where the log is kept (a path, a key), for messages."""
         return type(self).__name__
