@@ -14,9 +14,9 @@ import pyarrow.fs as pafs
 import pytest
 
 from actors._codec import encode_value
+from actors.state._manifest import ManifestedStore
 from actors.state._object_format import MAGIC, log_record, record_name
 from actors.state._objects import MAX_CHAIN, MIN_CHAIN, ObjectProvider
-from actors.state._manifest import ManifestedStore
 from actors.state._provider import COMMITTED, FINAL, PREPARING, CorruptCheckpoint, MissingState
 from actors.state.providers import StateDirError, make_provider
 from cluster._state_dir import check_shared_dir, local_dir
@@ -243,12 +243,17 @@ def _checked(p: ObjectProvider, index: int = 0) -> ManifestedStore:
                            lambda c: (log.manifest(c) or {}).get(7))
 
 
-def test_a_zombie_delta_off_the_chain_is_never_read(tmp_path):
+def _opened(tmp_path):
+    """``(uri, provider, its log loaded, task 7's store at index 0)`` on ``file://``."""
     uri = f"file://{tmp_path}/ckpt"
     p = ObjectProvider(uri, "topo", "s1")
     log = p.checkpoint_log()
     log.load()
-    zombie = p.task_store_at("count", 7, 0)
+    return uri, p, log, p.task_store_at("count", 7, 0)
+
+
+def test_a_zombie_delta_off_the_chain_is_never_read(tmp_path):
+    uri, p, log, zombie = _opened(tmp_path)
     _committed_round(log, zombie, 1, {"x": 1, "y": 1})
     log.record(PREPARING, 2)  # (round 2 in flight: the zombie's node is cut off)
     new = ObjectProvider(uri, "topo", "s1").task_store_at("count", 7, 0)
@@ -261,11 +266,7 @@ def test_a_zombie_delta_off_the_chain_is_never_read(tmp_path):
 
 
 def test_a_task_whose_objects_are_gone_is_missing_state(tmp_path):
-    uri = f"file://{tmp_path}/ckpt"
-    p = ObjectProvider(uri, "topo", "s1")
-    log = p.checkpoint_log()
-    log.load()
-    store = p.task_store_at("count", 7, 0)
+    uri, p, log, store = _opened(tmp_path)
     _committed_round(log, store, 1, {"a": 1})
     _committed_round(log, store, 2, {})  # (changed nothing: its manifest count is 0)
     store.close()

@@ -14,19 +14,21 @@ Layout under ``<dir>/<topology>/<submit id>/``::
 
 A task's objects form *generations*: a compacted ``base`` and the deltas of the
 checkpoints after it (generation 0 has no base). The state as of checkpoint N is the base
-of its generation with the deltas after it applied in order. Which objects those are is
-never taken from a listing: each delta names the object before it (``prev``), and a
-restore walks that chain back from the object the commit manifest names for the task
+of its generation with the deltas after it applied in order
+(:func:`actors.state._common.apply_delta`'s rule). Which objects those are is never taken
+from a listing: each delta names the object before it (``prev``), and a restore walks
+that chain back from the object the commit manifest names for the task
 (:func:`chain_head`), so an object off the chain (a zombie incarnation's late upload, a
-rolled-back round's) is never read (:func:`actors.state._common.apply_delta`'s rule). Flink's incremental RocksDB
-checkpoints likewise upload only new SST files and share the rest
-(``RocksIncrementalSnapshotStrategy``); ``docs/state.md``, "Checkpoints in an object
+rolled-back round's) is never read. Flink's incremental RocksDB checkpoints likewise
+upload only new SST files and share the rest (``RocksIncrementalSnapshotStrategy``), and
+restore only the handles a checkpoint's metadata lists; ``docs/state.md``, "Checkpoints in an object
 store", gives the measurements behind this layout.
 
 An object's bytes: ``MAGIC``, the payload's length (8 bytes, big-endian), its CRC-32 (4
 bytes), then the payload, msgpack: a state object ``{"kind", "ckpt", "task", "n", "crc",
-"entries": [[key, group, value or None], ...]}`` (``n``, ``crc``: the entries' count and
-CRC-32, :func:`actors.state._common.entries_crc`), a log record ``{"phase", "ckpt",
+"prev", "entries": [[key, group, value or None], ...]}`` (``n``, ``crc``: the entries'
+count and CRC-32, :func:`actors.state._common.entries_crc`; ``prev``:
+:func:`state_object`), a log record ``{"phase", "ckpt",
 "manifest"}``.
 """
 

@@ -30,9 +30,9 @@ from actors.state._common import StateSnapshot, changes, check_not_collected, in
 from actors.state._manifest import check_manifest
 from actors.state._object_format import (
     BASE,
+    chain_head,
     delta_name,
     gen_name,
-    chain_head,
     parse_task_listing,
     read_state_object,
     state_object,
@@ -134,9 +134,9 @@ def list_files(location: _fs.Location, folder: str) -> list[tuple[str, int]]:
 class ObjectTaskStore(TaskStore):
     """One task's checkpoints as objects under ``folder`` (``<dir>/<topology>/<submit
     id>/<component>/task-<index>``), its SQLite working copy at ``work_path``. Each
-    method blocks for its requests: ``prepare`` one write (none when the checkpoint
-    changed nothing), ``restore`` one listing, a read per object of the generation it
-    reads and a delete per object above the checkpoint, ``collect`` a write when it
+    method blocks for its requests: ``prepare`` one write (an empty delta when the
+    checkpoint changed nothing), ``restore`` one listing, a read per object of its chain
+    and a delete per object above the checkpoint, ``collect`` a write when it
     compacts and a directory delete per generation it drops."""
 
     def __init__(self, location: _fs.Location, folder: str, task: int, work_path: str) -> None:
