@@ -300,11 +300,11 @@ def test_the_working_copies_are_in_a_private_directory(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     os.chmod(tmp_path, 0o700)
     p = ObjectProvider(f"file://{tmp_path}/ckpt", "topo", "s1")
-    p.task_store_at("count", 7, 0)
-    work = p.work_dir
-    while work.startswith(str(tmp_path) + "/"):
-        assert stat.S_IMODE(os.stat(work).st_mode) == 0o700, work
-        work = os.path.dirname(work)
+    p.task_store_at("count", 7, 0).prepare(1, [(0, k("a"), k(1))], [])
+    p.checkpoint_log().record(PREPARING, 1)
+    for top, dirs, _ in os.walk(tmp_path):  # (the working copies', and the objects' too)
+        for d in dirs:
+            assert stat.S_IMODE(os.stat(os.path.join(top, d)).st_mode) == 0o700, (top, d)
 
 
 def test_a_torn_commit_record_stays_committed_and_records_are_synced(tmp_path, monkeypatch):

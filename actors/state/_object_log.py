@@ -111,7 +111,7 @@ class ObjectLog(CheckpointLog):
                 self._known = self._list()
                 self._committed = sorted(r[0] for r in self._known if r[2] in COMMIT_PHASES)
             if self.location.is_local and not self._made_dir:
-                self.location.filesystem.create_dir(self.dir, recursive=True)
+                _fs.make_dir(self.location, self.dir)
                 self._made_dir = True
             _fs.publish(self.location, self._path(phase, checkpoint_id),
                         log_record(phase, checkpoint_id, text), durable=True)

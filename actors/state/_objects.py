@@ -347,7 +347,7 @@ class ObjectProvider(StateProvider):
             owner = _fs.read_bytes(self.location, marker).decode("utf-8", "replace")
         except FileNotFoundError:
             if self.location.is_local:
-                self.location.filesystem.create_dir(self.topology_dir, recursive=True)
+                _fs.make_dir(self.location, self.topology_dir)
             _fs.publish(self.location, marker, (self.topology_name + "\n").encode())
             return
         if owner.removesuffix("\n") != self.topology_name:
