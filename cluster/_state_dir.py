@@ -24,6 +24,20 @@ from topology import TopologyError
 READ_TIMEOUT_S = 60.0
 
 
+def local_dir(directory: str) -> str | None:
+    """The local path the ``local`` provider writes ``directory`` to (a path, or a
+    ``file://`` URI resolved as the provider resolves it: ``pyarrow.fs.FileSystem
+    .from_uri``, percent-escapes decoded), or None for another URI. Pure: no Ray.
+
+    Raises:
+        actors.state._fs.StorageError: a ``file://`` URI pyarrow cannot use."""
+    from actors.state import _fs
+
+    if _fs.is_uri(directory) and not directory.startswith("file://"):
+        return None
+    return _fs.resolve(directory).base
+
+
 def check_shared_dir(directory: str, token: str, reads: dict[str, str | None]) -> None:
     """Refuse unless every node saw the marker: ``reads`` maps each node id holding a
     bundle to what it read from the marker (None: nothing there), ``token`` what the

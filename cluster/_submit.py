@@ -254,11 +254,11 @@ def _start_checkpoints(p: TopologyPlan, name: str, prefix: str, conf: dict, pg,
     provider = make_provider(conf, name, prefix)
     provider.checkpoint_log()  # refuses a bad directory
     if conf.get("topology.state.provider") in (None, "local"):
-        directory = conf["topology.state.checkpoint.dir"]
-        if directory.startswith("file://") or "://" not in directory:
-            from cluster._state_dir import check_bundle_nodes
+        from cluster._state_dir import check_bundle_nodes, local_dir
 
-            check_bundle_nodes(directory.removeprefix("file://"), pg)
+        directory = local_dir(conf["topology.state.checkpoint.dir"])
+        if directory is not None:  # (the path the provider writes, as it resolves it)
+            check_bundle_nodes(directory, pg)
     topology = p.topology
     if savepoint is not None:  # the tasks and the coordinator start from its checkpoint
         from actors.state import keyed_state

@@ -26,7 +26,7 @@ from actors.state.savepoints import (
     seed_provider,
     write_savepoint,
 )
-from topology import IterableSpout, StatefulBolt, StatefulSpout, TopologyBuilder
+from topology import Bolt, IterableSpout, StatefulBolt, StatefulSpout, TopologyBuilder
 from topology._keygroups import key_group, key_group_range, operator_index, stable_hash
 from topology._splits import SPLITS_KEY, SplitPositions, redistribute_splits, split_items
 
@@ -55,7 +55,7 @@ def test_keyed_entries_land_on_the_task_owning_their_group_with_their_values(old
         g = key_group(stable_hash(key), GROUPS)
         old[operator_index(g, old_n, GROUPS)][enc(key)] = enc(1000 * key)
     old[0][FINISHED] = b"\xc3"
-    new = assign_keyed(old, new_n, GROUPS, _group)
+    new = assign_keyed(old, old_n, new_n, GROUPS, _group)
     assert sorted(new) == list(range(new_n))
     seen = {}
     for j, entries in new.items():
@@ -69,10 +69,15 @@ def test_keyed_entries_land_on_the_task_owning_their_group_with_their_values(old
     assert seen == {key: 1000 * key for key in range(KEYS)}
 
 
+def test_a_new_keyed_task_is_finished_only_if_every_old_task_of_its_groups_was():
+    # (old task 1 of 2 left no entries: it is counted, not finished)
+    new = assign_keyed({0: {FINISHED: b"\xc3"}}, 2, 1, GROUPS, _group)
+    assert FINISHED not in new[0]
+
 def test_keyed_runtime_entries_that_do_not_split_are_refused():
     old = {0: {INTERNAL_PREFIX + enc(("part", 1)): b"\x00"}, 1: {}}
     with pytest.raises(ValueError, match="old task 0 keeps 1 runtime entries"):
-        assign_keyed(old, 3, GROUPS, _group)
+        assign_keyed(old, 2, 3, GROUPS, _group)
 
 
 @pytest.mark.parametrize("old_n, new_n", [(2, 3), (3, 2)])
@@ -175,6 +180,12 @@ def test_a_spout_state_without_splits_does_not_redistribute():
     legacy = _spouts(2, list(range(10)), [{"position": 2}, {"position": 1}])
     assert sorted(_run(legacy)) == [3, 4, 5, 6, 7, 8, 9]  # (task 0 took 0, 2; task 1: 1)
 
+
+
+def test_a_spout_state_with_more_than_its_splits_is_refused_naming_the_keys():
+    with pytest.raises(ValueError, match=r"old task 1 keeps \['seen'\] beside its split"):
+        redistribute_splits([{"splits": 2, ("split", 0): 3},
+                             {"splits": 2, ("split", 1): 0, "seen": 9}], 0, 1)
 
 # -- a rescaled savepoint, seeded and restored -------------------------------------------
 
@@ -289,6 +300,29 @@ def test_each_restore_that_cannot_rescale_is_refused_naming_component_and_reason
         check_splits(rescale(sp, new, conf), new, conf)
 
 
+class _Parse(Bolt):
+    outputs = ("key", "n")
+
+    def execute(self, tup) -> None:
+        pass
+
+
+@pytest.mark.parametrize("tasks", [1, 3])
+def test_a_stateless_chained_peer_may_move_with_its_stateful_peer(tmp_path, tasks):
+    def topology(n):
+        b = TopologyBuilder()
+        b.set_spout("src", IterableSpout([(0, 1)], ("key", "n")), n)
+        b.set_bolt("parse", _Parse(), n).local_or_shuffle_grouping("src")
+        return b.create_topology().with_chains(["parse"])
+
+    sp = _savepoint(tmp_path, topology(2), {"src": {k: {enc(SPLITS_KEY): enc(GROUPS)}
+                                                     for k in range(2)}})
+    new = topology(tasks)
+    rescaled = rescale(sp, new, CONF)
+    check_restore(rescaled, new, conf=CONF)  # (no refusal: both ends of the chain moved)
+    assert rescaled.layout["tasks"]["parse"] == tasks
+
+
 class _Frame:
     """A ``DataFrameSpout`` without Spark: its blocks are Arrow tables in memory."""
 
@@ -377,3 +411,76 @@ def test_a_dataframe_spout_state_without_splits_goes_on_at_the_same_parallelism(
     assert sorted(_run(legacy)) == [r for r in range(30) if r not in done]
     old = _snapshot(legacy)
     assert old[0]["position"] == (2, 5) and SPLITS_KEY not in old[0]  # (its 3rd block, 4)
+
+
+@pytest.mark.parametrize("arrow", [False, True])
+@pytest.mark.parametrize("new_n", [1, 2])
+def test_a_dataframe_spout_restored_at_a_block_boundary_emits_the_blocks_after_it(arrow, new_n):
+    from connectors.spark.dataframe_spout import DataFrameSpout
+
+    one = _frames(1, 3, groups=2)
+    for s in one:
+        s._arrow, s._batch_rows = arrow, 100  # (arrow: one tuple, a record batch, per block)
+    first = _run(one, 1 if arrow else 5)  # (all of block 0, not yet moved on)
+    old = _snapshot(one)
+    again = _frames(new_n, 3, [DataFrameSpout.redistribute(old, j, new_n) for j in range(new_n)],
+                    groups=2)
+    for s in again:
+        s._arrow, s._batch_rows = arrow, 100
+    rest = _run(again)
+    if arrow:
+        first, rest = ([r for b in out for r in b.column(0).to_pylist()] for out in (first, rest))
+    assert sorted(first + rest) == list(range(15))
+
+
+def test_a_dataframe_spout_state_without_splits_at_a_block_end_goes_on_with_its_next_block():
+    # task 0 of 2 (blocks 0, 2, 4) had emitted all 5 rows of its first block
+    legacy = _frames(2, 6, [{"position": (0, 5)}, {"position": (0, 5)}])
+    assert sorted(_run(legacy)) == [r for r in range(30) if r >= 10]
+
+
+def test_a_dataframe_spout_state_of_another_block_count_is_refused():
+    from connectors.spark.dataframe_spout import DataFrameSpout
+
+    old = _snapshot(_frames(2, 3))
+    assert DataFrameSpout.redistribute(old, 0, 1)["blocks"] == 3
+    with pytest.raises(ValueError, match="DataFrameSpout task 0: its state is of a frame of "
+                                         "3 blocks, this frame has 4"):
+        _frames(1, 4, [DataFrameSpout.redistribute(old, 0, 1)])
+
+
+def test_a_keyed_bolt_whose_key_fields_changed_is_refused_naming_both(tmp_path):
+    def topology(n, fields):
+        b = TopologyBuilder()
+        b.set_spout("src", IterableSpout([(0, 1)], ("key", "n")), 1)
+        b.set_bolt("sum", Sum(), n).fields_grouping("src", fields)
+        return b.create_topology()
+
+    sp = _savepoint(tmp_path, topology(2, ("key",)), {"sum": {0: {}, 1: {}}})
+    with pytest.raises(SavepointError, match=r"'sum': savepoint has 2 tasks, this topology "
+                                             r"has 3, and the savepoint has keyed state "
+                                             r"grouped by fields \['key'\].*this topology "
+                                             r"has keyed state grouped by fields \['n'\]"):
+        rescale(sp, topology(3, ("n",)), CONF)
+
+
+def test_a_sink_rescales_under_another_key_group_count(tmp_path):
+    from topology import TwoPhaseCommitSink
+
+    class Sink(TwoPhaseCommitSink):
+        def write(self, tup): pass
+        def pre_commit(self, checkpoint_id): return None
+        def commit(self, checkpoint_id, transaction): pass
+        def abort(self, checkpoint_id, transaction): pass
+
+    def topology(n):
+        b = TopologyBuilder()
+        b.set_spout("src", IterableSpout([(0, 1)], ("key", "n")), 1)
+        b.set_bolt("sink", Sink(), n).shuffle_grouping("src")
+        return b.create_topology()
+
+    txn = {INTERNAL_PREFIX + enc(("txn", 7)): enc(["t"])}
+    sp = _savepoint(tmp_path, topology(2), {"sink": {0: txn, 1: {}}})
+    conf = {"topology.max.task.parallelism": 16}  # (the savepoint's: 13)
+    rescaled = rescale(sp, topology(3), conf)
+    assert rescaled.components["sink"] == 3

@@ -197,6 +197,41 @@ def test_a_carry_still_pending_when_the_input_ends_goes_into_the_last_file_once(
             c.task.internal_commit(2)  # commits 1 and 2, late; 2 was the last checkpoint
         assert _ids(path) == list(range(15)), f"restore={restore}"
 
+def test_a_downscale_publishes_every_old_tasks_carry_of_one_checkpoint_once(tmp_path):
+    """3 -> 2 tasks (``assign_transactions``): new task 0 restores old task 0's and old
+    task 2's carries of checkpoint 1, and old task 0's file of checkpoint 2 that took its
+    own carry's rows in; each transaction is published by itself (Flink's
+    ``TwoPhaseCommitSinkFunction`` commits every restored transaction handle), so every
+    row reaches the dataset once."""
+    from actors._codec import decode_key, value_encoder
+    from actors.state._internals import INTERNAL_PREFIX
+    from actors.state._rescale import assign_transactions
+
+    path, enc = str(tmp_path / "out"), value_encoder()
+
+    def sink():
+        return ParquetSink(path, min_rows=100)
+
+    old = {}
+    for k in range(3):
+        c = Checkpoints(sink, path, "aaaaaaa1", task_index=k)
+        c.write(range(10 * k, 10 * k + 5))
+        c.snapshot(1)                  # carried (5 < 100); commit 1 has not come
+        if k == 0:
+            c.write(range(5, 10))
+            c.task.input_ended()       # old task 0's file of 2 takes its carry's rows in
+        c.snapshot(2)
+        old[k] = {INTERNAL_PREFIX + enc(key): v for key, v in c.stored[2].items()}
+    for j, entries in assign_transactions(old, 2).items():
+        c = Checkpoints(sink, path, "bbbbbbb2", task_index=j)
+        c.stored = {2: {decode_key(key[1:]): v for key, v in entries.items()}}
+        c.restart(2)
+        c.task.input_ended()
+        c.snapshot(3)
+        c.task.internal_commit(3)
+    assert _ids(path) == [*range(10), *range(10, 15), *range(20, 25)]
+
+
 #: partition values that an unescaped path loses or merges ("" is null, as Spark writes it)
 PARTITION_VALUES = ["a/b", "a_b", "a b", "x:y=z?", "100%", "%41", "café", "2024-05-01 12:30:00",
                     None, ""]

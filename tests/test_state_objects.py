@@ -14,11 +14,12 @@ import pyarrow.fs as pafs
 import pytest
 
 from actors._codec import encode_value
+from actors.state._manifest import ManifestedStore
 from actors.state._object_format import MAGIC, log_record, record_name
 from actors.state._objects import MAX_CHAIN, MIN_CHAIN, ObjectProvider
-from actors.state._provider import COMMITTED, FINAL, PREPARING, CorruptCheckpoint
+from actors.state._provider import COMMITTED, FINAL, PREPARING, CorruptCheckpoint, MissingState
 from actors.state.providers import StateDirError, make_provider
-from cluster._state_dir import check_shared_dir
+from cluster._state_dir import check_shared_dir, local_dir
 from tests.components import StatefulWordCount, merged_counts, words
 from tests.test_state import kill_mid_stream
 from topology import IterableSpout, TopologyBuilder, TopologyError
@@ -49,11 +50,12 @@ def test_a_restarted_task_restores_from_the_objects_alone(uri):
     assert store.restore(None) == {}
     store.prepare(1, [(3, k("a"), k(1)), (5, k("b"), k(1))], [])
     store.prepare(2, [(3, k("a"), k(2))], [(5, k("b"))])
-    store.prepare(3, [], [])  # (changed nothing: writes no object)
+    store.prepare(3, [], [])  # (changed nothing: an empty object the manifest can name)
     store.prepare(4, [(5, k("c"), k(9))], [])  # (a round that will be rolled back)
     store.close()
     assert _files(p) == ["count/task-1/gen-00000000000000000000/delta-00000000000000000001",
                          "count/task-1/gen-00000000000000000000/delta-00000000000000000002",
+                         "count/task-1/gen-00000000000000000000/delta-00000000000000000003",
                          "count/task-1/gen-00000000000000000000/delta-00000000000000000004"]
     # another process (another node): a new provider, a new working copy
     again = ObjectProvider(uri, "topo", "s1").task_store_at("count", 7, 1)
@@ -112,12 +114,17 @@ def test_the_log_is_append_only_and_a_torn_record_is_never_read(uri):
     torn = f"{p.root}/_log/{record_name(FINAL, 4)}"
     with p.location.filesystem.open_output_stream(torn) as f:
         f.write(whole[:len(whole) // 2])
+    # (its name is the commit point: it stays committed, its manifest unknown)
     fresh = p.checkpoint_log()
-    assert fresh.load() == (PREPARING, 4, [2, 3])
+    assert fresh.load() == (FINAL, 4, [3, 4])
     assert fresh.manifest(3) == {7: (3, 2)} and fresh.manifest(4) is None
     with p.location.filesystem.open_output_stream(torn) as f:
         f.write(MAGIC + b"\0" * 12)  # (a header, no payload)
-    assert p.checkpoint_log().load() == (PREPARING, 4, [2, 3])
+    assert p.checkpoint_log().load() == (FINAL, 4, [3, 4])
+    preparing = f"{p.root}/_log/{record_name(PREPARING, 5)}"
+    with p.location.filesystem.open_output_stream(preparing) as f:
+        f.write(MAGIC)  # (a torn record of another phase is skipped)
+    assert p.checkpoint_log().load() == (FINAL, 4, [3, 4])
     p.delete()
 
 
@@ -220,3 +227,127 @@ def test_stateful_word_count_on_a_uri_is_exact_after_tasks_are_killed(cluster, n
     finally:
         cluster.kill_topology(name)
     assert _files(provider) == [], "kill deletes the submit's objects"
+
+
+def _committed_round(log, store, cid, changes: dict) -> None:
+    """One round of ``store`` (task 7) committed with its manifest entry, as the
+    coordinator records it."""
+    log.record(PREPARING, cid)
+    n = store.prepare(cid, [(0, k(x), k(v)) for x, v in changes.items()], [])
+    log.record(COMMITTED, cid, {7: (cid, n)})
+
+
+def _checked(p: ObjectProvider, index: int = 0) -> ManifestedStore:
+    log = p.checkpoint_log()
+    return ManifestedStore(p.task_store_at("count", 7, index),
+                           lambda c: (log.manifest(c) or {}).get(7))
+
+
+def _opened(tmp_path):
+    """``(uri, provider, its log loaded, task 7's store at index 0)`` on ``file://``."""
+    uri = f"file://{tmp_path}/ckpt"
+    p = ObjectProvider(uri, "topo", "s1")
+    log = p.checkpoint_log()
+    log.load()
+    return uri, p, log, p.task_store_at("count", 7, 0)
+
+
+def test_a_zombie_delta_off_the_chain_is_never_read(tmp_path):
+    uri, p, log, zombie = _opened(tmp_path)
+    _committed_round(log, zombie, 1, {"x": 1, "y": 1})
+    log.record(PREPARING, 2)  # (round 2 in flight: the zombie's node is cut off)
+    new = ObjectProvider(uri, "topo", "s1").task_store_at("count", 7, 0)
+    assert new.restore(1) == {k("x"): k(1), k("y"): k(1)}  # (rolled back to 1)
+    zombie.prepare(2, [(0, k("x"), k("zombie"))], [])  # (lands after the rollback)
+    _committed_round(log, new, 3, {"y": 2})
+    expected = {k("x"): k(1), k("y"): k(2)}
+    assert ObjectProvider(uri, "topo", "s1").read_raw(3)["count"][7] == expected
+    assert _checked(ObjectProvider(uri, "topo", "s1")).restore(3) == expected
+
+
+def test_a_task_whose_objects_are_gone_is_missing_state(tmp_path):
+    uri, p, log, store = _opened(tmp_path)
+    _committed_round(log, store, 1, {"a": 1})
+    _committed_round(log, store, 2, {})  # (changed nothing: its manifest count is 0)
+    store.close()
+    p.location.filesystem.delete_dir(f"{p.root}/count")  # (not there on its new node)
+    with pytest.raises(MissingState, match="task-0"):
+        _checked(ObjectProvider(uri, "topo", "s1")).restore(2)
+
+
+def test_state_objects_are_published_never_written_in_place(tmp_path, monkeypatch):
+    from actors.state import _fs
+
+    p = ObjectProvider(f"file://{tmp_path}/ckpt", "topo", "s1")
+    store = p.task_store_at("count", 7, 0)
+
+    def in_place(location, path, data):  # (a kill mid-write would tear it where it lies)
+        assert "/." in path and path.endswith(".tmp"), f"{path} written in place"
+        write_bytes(location, path, data)
+
+    write_bytes = _fs.write_bytes
+    monkeypatch.setattr(_fs, "write_bytes", in_place)
+    for cid in range(1, MIN_CHAIN + 2):
+        store.prepare(cid, [(0, k("a"), k("x" * 64 * cid))], [])
+    store.collect(1)  # (compacts: a base)
+    assert any(f.endswith("/base") for f in _files(p))
+
+
+def test_the_working_copies_are_in_a_private_directory(tmp_path, monkeypatch):
+    import stat
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    os.chmod(tmp_path, 0o700)
+    p = ObjectProvider(f"file://{tmp_path}/ckpt", "topo", "s1")
+    p.task_store_at("count", 7, 0).prepare(1, [(0, k("a"), k(1))], [])
+    p.checkpoint_log().record(PREPARING, 1)
+    for top, dirs, _ in os.walk(tmp_path):  # (the working copies', and the objects' too)
+        for d in dirs:
+            assert stat.S_IMODE(os.stat(os.path.join(top, d)).st_mode) == 0o700, (top, d)
+
+
+def test_a_torn_commit_record_stays_committed_and_records_are_synced(tmp_path, monkeypatch):
+    p = ObjectProvider(f"file://{tmp_path}/ckpt", "topo", "s1")
+    log = p.checkpoint_log()
+    log.load()
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(
+        f"/proc/self/fd/{fd}")), real(fd)))
+    for cid in (1, 2, 3):
+        log.record(PREPARING, cid)
+        log.record(COMMITTED, cid, {7: (cid, 1)})
+    assert f"{p.root}/_log" in synced and any(".tmp" in f for f in synced), synced
+    open(f"{p.root}/_log/{record_name(COMMITTED, 3)}", "wb").close()  # (a power loss)
+    assert p.checkpoint_log().load() == (COMMITTED, 3, [2, 3])  # (never 2, below it)
+
+
+def test_the_multi_node_check_reads_the_path_the_provider_writes(tmp_path):
+    (tmp_path / "a b").mkdir()
+    p = ObjectProvider(f"file://{tmp_path}/a%20b/c", "topo", "s1")
+    assert local_dir(f"file://{tmp_path}/a%20b/c") == p.location.base == f"{tmp_path}/a b/c"
+    assert local_dir("relative/dir") == os.path.abspath("relative/dir")
+    assert local_dir("s3://bucket/prefix") is None
+
+
+def test_a_commit_record_stored_by_a_write_that_raised_is_committed(tmp_path, monkeypatch):
+    from actors.state import _fs
+    from actors.state._coordinator import CoordinatorCore
+
+    p = ObjectProvider(f"file://{tmp_path}/ckpt", "topo", "s1")
+    core = CoordinatorCore(p.checkpoint_log(), tasks=[7], spout_tasks=[7], interval_s=1,
+                           timeout_s=10, min_pause_s=0, now=0, publishers=[7])
+    publish = _fs.publish
+
+    def stored_then_raised(location, path, *args, **kwargs):
+        publish(location, path, *args, **kwargs)
+        if f"/{COMMITTED}-" in path:
+            raise OSError("timed out (the store applied it)")
+
+    for now in (2, 4):
+        core.tick(now)
+        monkeypatch.setattr(_fs, "publish", stored_then_raised if now == 4 else publish)
+        actions = core.prepared(7, core.round, core.gen, now, count=1)
+    assert [a.kind for a in actions] == ["commit"] and core.committed == [1, 2]
+    assert p.checkpoint_log().load()[2] == [1, 2]

@@ -14,7 +14,7 @@ import pytest
 
 from actors._codec import encode_value
 from actors.state import CoordinatorCore
-from actors.state._provider import COMMITTED, PREPARING, CorruptCheckpoint
+from actors.state._provider import COMMITTED, PREPARING, CheckpointLog, CorruptCheckpoint
 from actors.state.providers import (
     MemoryProvider,
     RedisProvider,
@@ -292,7 +292,7 @@ def test_wrong_password_names_the_address_and_what_to_check(server):
 # -- the coordinator with a log that fails --------------------------------------------------------
 
 
-class _FlakyLog:
+class _FlakyLog(CheckpointLog):
     """A memory log that raises while ``down``."""
 
     def __init__(self) -> None:
@@ -302,7 +302,7 @@ class _FlakyLog:
     def load(self):
         return self.inner.load()
 
-    def record(self, phase, checkpoint_id):
+    def record(self, phase, checkpoint_id, manifest=None):
         if self.down:
             raise RedisStateError("127.0.0.1:1/0", "MULTI/EXEC of HSET", "refused")
         self.inner.record(phase, checkpoint_id)

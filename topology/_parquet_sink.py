@@ -211,6 +211,9 @@ class ParquetSink(TwoPhaseCommitSink):
         #: this task's files: component, task index, submit (the checkpoint and n vary)
         self._own = (escape_path_name(context.component_id), context.task_index,
                      context.submit_id)
+        #: names this task's transactions (a restore at another parallelism hands one
+        #: task several old tasks' transactions of one checkpoint id)
+        self._me = [context.task_index, context.submit_id]
         self._staging = f"{self._root}/{STAGING}/{context.submit_id}"
         self._make_dir(self._fsys, self._staging)
         self._names: tuple[str, ...] | None = None
@@ -223,9 +226,10 @@ class ParquetSink(TwoPhaseCommitSink):
         self._held: dict[int, list] = {}   # checkpoint id -> the rows its carry holds
         self._held_rows = 0
         self._absorbed: set[int] = set()   # carries whose rows went into a later file
-        # checkpoint id -> the rows a restored carry put back (a file that absorbed it
-        # takes them out again); until the next pre_commit
-        self._restored: dict[int, list] = {}
+        # (task, checkpoint id) of a restored carry -> the rows it put back (a file of
+        # that task that absorbed it takes them out again); until the next pre_commit
+        self._restored: dict[tuple, list] = {}
+        self._taken: set[tuple] = set()  # the restored carries put back since then
         self._since_file = 0      # checkpoints since the last file
         self._input_ended = False  # end_of_input() came: write everything at pre_commit
         self._covered = -1        # the buffer reflects every checkpoint up to this one
@@ -260,6 +264,7 @@ class ParquetSink(TwoPhaseCommitSink):
         self._since_file += 1
         self._covered = checkpoint_id
         self._restored.clear()  # (the buffer's rows go into this transaction)
+        self._taken.clear()
         rows = self._rows
         if not rows and not (self._input_ended and self._held):
             if not self._held:
@@ -270,10 +275,10 @@ class ParquetSink(TwoPhaseCommitSink):
                 and self._since_file < self.max_checkpoints and not self._input_ended):
             self._held[checkpoint_id] = rows
             self._held_rows += len(rows)
-            return {"carry": rows, "names": list(self._names)}  # in the checkpoint
+            return {"carry": rows, "names": list(self._names), "by": self._me}
         self._since_file = 0
         if not self._input_ended or not self._held:
-            return {"files": self._stage(checkpoint_id, rows)}
+            return {"files": self._stage(checkpoint_id, rows), "by": self._me}
         # the input has ended, so this checkpoint may be the last: the rows of carries
         # still awaiting their commit go into its files too, which name those carries
         # (their commit then adds nothing, and a restore drops their rows again)
@@ -281,7 +286,7 @@ class ParquetSink(TwoPhaseCommitSink):
         rows = [r for c in absorbs for r in self._held[c]] + rows
         self._absorbed.update(absorbs)
         self._held, self._held_rows = {}, 0
-        return {"files": self._stage(checkpoint_id, rows), "absorbs": absorbs}
+        return {"files": self._stage(checkpoint_id, rows), "absorbs": absorbs, "by": self._me}
 
     def _stage(self, checkpoint_id: int, rows: list[list]) -> list[list[str]]:
         """Write ``rows`` under staging, a file per partition; returns ``[staged, final]``
@@ -328,27 +333,34 @@ class ParquetSink(TwoPhaseCommitSink):
         return files
 
     def commit(self, checkpoint_id: int, transaction: Any) -> None:
+        """Publish ``transaction``: idempotent by the transaction, which names the task
+        and submit that made it (``"by"``; one of before it names none, and is this
+        task's): after a restore at another parallelism this task may commit several
+        old tasks' transactions of one checkpoint id."""
+        by = tuple(transaction.get("by") or ())
+        mine = not by or list(by) == self._me
         if "carry" in transaction:
-            held = self._held.pop(checkpoint_id, None)
-            if checkpoint_id in self._absorbed:  # its rows are in a later file
+            held = self._held.pop(checkpoint_id, None) if mine else None
+            if mine and checkpoint_id in self._absorbed:  # its rows are in a later file
                 self._absorbed.discard(checkpoint_id)
             elif held is not None:
                 # carried by this task since its last restore: the rows are in no
                 # transaction once the runtime drops this one, so the next takes them
                 self._held_rows -= len(held)
                 self._rows = held + self._rows
-            elif checkpoint_id > self._covered:
+            elif checkpoint_id > self._covered and (by, checkpoint_id) not in self._taken:
                 # restored with its checkpoint: the buffer takes the rows back (a carry
-                # at or below _covered was taken already)
+                # at or below _covered, or taken since, is in the buffer already)
                 restored = [list(r) for r in transaction["carry"]]
-                self._restored[checkpoint_id] = restored
+                self._restored[(by, checkpoint_id)] = restored
+                self._taken.add((by, checkpoint_id))
                 self._rows = restored + self._rows
                 self._names = tuple(transaction["names"])
-                self._covered = checkpoint_id
             return
         from pyarrow import fs as pafs
 
-        drop = {id(r) for c in transaction.get("absorbs", ()) for r in self._restored.pop(c, ())}
+        drop = {id(r) for c in transaction.get("absorbs", ())
+                for r in self._restored.pop((by, c), ())}
         if drop:  # restored carries whose rows these files hold
             self._rows = [r for r in self._rows if id(r) not in drop]
 

@@ -36,14 +36,15 @@ def split_key(split: int) -> tuple[str, int]:
 def redistribute_splits(old: Sequence[Mapping[Any, Any]], index: int, count: int) -> dict:
     """The state of new task ``index`` of ``count`` from the states of every old task
     (``old[k]``: old task ``k``'s state, key → value, as its ``pre_prepare`` put it): the
-    split count and the position of each split the new task owns; what else the old
-    states held is not carried over.
+    split count and the position of each split the new task owns. A state holding more
+    (a subclass's own keys) is refused rather than dropped: such a spout overrides
+    ``redistribute`` to split its keys too.
 
     Raises:
         ValueError: an old state without a split count (a spout state of before splits,
             which restores only at the same parallelism), old states of different split
-            counts, a split owned by no old task or by two, or ``count`` above the split
-            count.
+            counts, a split owned by no old task or by two, ``count`` above the split
+            count, or a state with keys other than the split count and positions.
     """
     counts = {state.get(SPLITS_KEY) for state in old}
     if None in counts:
@@ -54,6 +55,13 @@ def redistribute_splits(old: Sequence[Mapping[Any, Any]], index: int, count: int
     splits = counts.pop()
     if not 1 <= count <= splits:
         raise ValueError(f"{count} tasks for {splits} splits: each task owns at least one")
+    known = {SPLITS_KEY, *(split_key(s) for s in range(splits))}
+    for k, state in enumerate(old):
+        extra = [key for key in state if key not in known]
+        if extra:
+            raise ValueError(f"old task {k} keeps {sorted(extra, key=repr)} beside its split "
+                             f"positions, which redistribute_splits does not split; the "
+                             f"spout's class must override redistribute to carry them")
     out: dict = {SPLITS_KEY: splits}
     for k, state in enumerate(old):
         mine = key_group_range(k, len(old), splits)

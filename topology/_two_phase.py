@@ -12,7 +12,13 @@ The protocol, per sink task and checkpoint N:
    other state;
 3. when checkpoint N commits, ``commit(N, transaction)`` publishes it. A commit may be
    repeated with the same arguments after a restore (the task died between the
-   checkpoint's commit and its own), so it must be idempotent by checkpoint id;
+   checkpoint's commit and its own), so it must be idempotent by the *transaction*, not
+   by the checkpoint id or the task: after a restore at another parallelism
+   (docs/state.md) one task commits the transactions of several old tasks, next to
+   others of the same checkpoint id, and one another task pre-committed. So a
+   transaction must name what it publishes itself (file names, a key of its own), as
+   Flink's restored ``TwoPhaseCommitSinkFunction`` commits each transaction handle
+   whatever subtask it lands on;
 4. on a rollback to checkpoint N, ``abort(M, transaction)`` for each transaction whose
    checkpoint M did not commit, then ``recover(N)``: reset the open transaction and drop
    what was staged above N that no transaction names (a task that died between staging
@@ -61,7 +67,9 @@ class TwoPhaseCommitSink(Bolt):
     @abstractmethod
     def commit(self, checkpoint_id: int, transaction: Any) -> None:
         """Publish ``transaction`` (checkpoint ``checkpoint_id`` has committed).
-        Idempotent: a repeat with the same arguments changes nothing.
+        Idempotent by the transaction: a repeat with the same arguments changes nothing,
+        and another transaction of the same checkpoint id (another old task's, after a
+        restore at another parallelism) is published too.
 
         Raises:
             Exception: reported naming the sink and the checkpoint; the topology rolls

@@ -135,12 +135,26 @@ def read_bytes(location: Location, path: str) -> bytes:
         return f.read(info.size)
 
 
-def publish(location: Location, path: str, data: bytes) -> None:
+def _sync(path: str) -> None:
+    """``fsync`` a local file or directory (a directory: the names in it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish(location: Location, path: str, data: bytes, durable: bool = False) -> None:
     """Write ``data`` to ``path`` so that a reader sees the whole file or none: through a
     temporary name beside it and a move where the filesystem has moves (local, HDFS);
     where it has none (an object store emulates a move by copy and delete, or refuses
     one) a single write, which an object store makes visible whole. For a marker written
-    last (Flink's ``_metadata`` of a completed checkpoint plays that role)."""
+    last (Flink's ``_metadata`` of a completed checkpoint plays that role).
+
+    ``durable``: on the local filesystem, the temporary file is ``fsync``-ed before the
+    move and its directory after it, so a power loss leaves the old name or the whole new
+    file (the write-then-rename rule of ext4's and XFS's docs). ``pyarrow.fs`` offers no
+    ``fsync`` for HDFS; an object store's PUT is durable when it returns."""
     fs = location.filesystem
     if fs.type_name in _NO_MOVES:
         write_bytes(location, path, data)  # (one PUT: visible whole or not at all)
@@ -148,8 +162,13 @@ def publish(location: Location, path: str, data: bytes) -> None:
     head, tail = posixpath.split(path)
     tmp = posixpath.join(head, f".{tail}.{uuid.uuid4().hex}.tmp")
     write_bytes(location, tmp, data)
+    sync = durable and location.is_local
+    if sync:
+        _sync(tmp)
     try:
         fs.move(tmp, path)
     except NotImplementedError:  # (pyarrow's ArrowNotImplementedError is one)
         write_bytes(location, path, data)
         fs.delete_file(tmp)
+    if sync:
+        _sync(head)

@@ -66,12 +66,8 @@ class ManifestedStore(TaskStore):
         return n
 
     def restore(self, checkpoint_id: int | None, groups: range | None = None) -> dict:
-        out = self.inner.restore(checkpoint_id, groups)
-        if checkpoint_id is not None:
-            entry = self._named(checkpoint_id)
-            if entry is not None:
-                self.inner.check_prepared(*entry)
-        return out
+        entry = None if checkpoint_id is None else self._named(checkpoint_id)
+        return self.inner.restore_checked(checkpoint_id, groups, entry)
 
     def check_prepared(self, checkpoint_id: int, count: int | None) -> None:
         self.inner.check_prepared(checkpoint_id, count)

@@ -14,16 +14,21 @@ Layout under ``<dir>/<topology>/<submit id>/``::
 
 A task's objects form *generations*: a compacted ``base`` and the deltas of the
 checkpoints after it (generation 0 has no base). The state as of checkpoint N is the base
-of the newest generation at or below N with that generation's deltas up to N applied in
-order (:func:`actors.state._common.apply_delta`'s rule). Flink's incremental RocksDB
-checkpoints likewise upload only new SST files and share the rest
-(``RocksIncrementalSnapshotStrategy``); ``docs/state.md``, "Checkpoints in an object
+of its generation with the deltas after it applied in order
+(:func:`actors.state._common.apply_delta`'s rule). Which objects those are is never taken
+from a listing: each delta names the object before it (``prev``), and a restore walks
+that chain back from the object the commit manifest names for the task
+(:func:`chain_head`), so an object off the chain (a zombie incarnation's late upload, a
+rolled-back round's) is never read. Flink's incremental RocksDB checkpoints likewise
+upload only new SST files and share the rest (``RocksIncrementalSnapshotStrategy``), and
+restore only the handles a checkpoint's metadata lists; ``docs/state.md``, "Checkpoints in an object
 store", gives the measurements behind this layout.
 
 An object's bytes: ``MAGIC``, the payload's length (8 bytes, big-endian), its CRC-32 (4
 bytes), then the payload, msgpack: a state object ``{"kind", "ckpt", "task", "n", "crc",
-"entries": [[key, group, value or None], ...]}`` (``n``, ``crc``: the entries' count and
-CRC-32, :func:`actors.state._common.entries_crc`), a log record ``{"phase", "ckpt",
+"prev", "entries": [[key, group, value or None], ...]}`` (``n``, ``crc``: the entries'
+count and CRC-32, :func:`actors.state._common.entries_crc`; ``prev``:
+:func:`state_object`), a log record ``{"phase", "ckpt",
 "manifest"}``.
 """
 
@@ -97,17 +102,23 @@ def delta_name(checkpoint_id: int) -> str:
 BASE = "base"
 
 
-def state_object(kind: str, checkpoint_id: int, task: int, entries: list[Entry]) -> bytes:
+def state_object(kind: str, checkpoint_id: int, task: int, entries: list[Entry],
+                 prev: tuple[int, int] | None = None) -> bytes:
     """The bytes of a ``"delta"`` or ``"base"`` object of ``task`` (its global id, so a
-    reader can name it) as of ``checkpoint_id``; ``entries`` sorted by key."""
+    reader can name it) as of ``checkpoint_id``; ``entries`` sorted by key. A delta
+    records ``prev``, the ``(generation, checkpoint id)`` of the object before it in the
+    task's chain (None: the first; the generation's base when the id equals it)."""
     n, crc = entries_crc(entries)
     return frame({"kind": kind, "ckpt": checkpoint_id, "task": task, "n": n, "crc": crc,
+                  "prev": None if prev is None else [int(prev[0]), int(prev[1])],
                   "entries": [[k, g, v] for k, g, v in entries]})
 
 
-def read_state_object(data: bytes, where: str, checkpoint_id: int) -> tuple[int, list[Entry]]:
-    """``(task id, entries)`` of a state object, checked whole: its frame, and its
-    entries against the count and CRC-32 it records.
+def read_state_object(data: bytes, where: str, checkpoint_id: int
+                      ) -> tuple[int, list[Entry], tuple[int, int] | None]:
+    """``(task id, entries, prev)`` of a state object (``prev``: see
+    :func:`state_object`), checked whole: its frame, its id against ``checkpoint_id``,
+    and its entries against the count and CRC-32 it records.
 
     Raises:
         CorruptCheckpoint: naming ``where`` and ``checkpoint_id``, for a torn or damaged
@@ -117,14 +128,17 @@ def read_state_object(data: bytes, where: str, checkpoint_id: int) -> tuple[int,
         d = unframe(data)
         entries = [(bytes(k), int(g), None if v is None else bytes(v)) for k, g, v in d["entries"]]
         task, n, crc = int(d["task"]), d["n"], d["crc"]
-    except (TornObject, KeyError, TypeError, ValueError) as e:
+        prev = None if d.get("prev") is None else (int(d["prev"][0]), int(d["prev"][1]))
+        if d["ckpt"] != checkpoint_id:
+            raise ValueError(f"it says checkpoint {d['ckpt']!r}")
+    except (TornObject, KeyError, TypeError, ValueError, IndexError) as e:
         raise CorruptCheckpoint(where, checkpoint_id, f"unreadable object: {e}") from None
     found = entries_crc(entries)
     if found != (n, crc):
         raise CorruptCheckpoint(where, checkpoint_id,
                                 f"{found[0]} entries (CRC-32 {found[1]:08x}) where {n} "
                                 f"(CRC-32 {crc:08x}) were written")
-    return task, entries
+    return task, entries, prev
 
 
 def parse_task_listing(names: list[tuple[str, int]]) -> dict[int, dict]:
@@ -144,11 +158,21 @@ def parse_task_listing(names: list[tuple[str, int]]) -> dict[int, dict]:
     return gens
 
 
-def serving_gen(gens: dict[int, dict], checkpoint_id: int) -> int | None:
-    """The generation a restore of ``checkpoint_id`` reads: the newest at or below it
-    (None: none)."""
-    below = [g for g in gens if g <= checkpoint_id]
-    return max(below) if below else None
+def chain_head(gens: dict[int, dict], checkpoint_id: int,
+               named: int | None = None) -> tuple[int, int] | None:
+    """``(generation, checkpoint id)`` of the object a restore of ``checkpoint_id`` starts
+    its chain from: the object of id ``named`` (the commit manifest's entry for the
+    task), else the newest listed at or below ``checkpoint_id`` (a base before a delta of
+    the same id, the newest generation first). None: no such object listed."""
+    found = None
+    for g, gen in gens.items():
+        ids = ([g] if gen["base"] is not None else []) + list(gen["deltas"])
+        for cid in ids:
+            ok = cid == named if named is not None else cid <= checkpoint_id
+            key = (cid, cid == g, g)
+            if ok and (found is None or key > found):
+                found = key
+    return None if found is None else (found[2], found[0])
 
 
 # -- log records ------------------------------------------------------------------------------

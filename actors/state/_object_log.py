@@ -5,7 +5,10 @@ highest listed (ids only grow; a checkpoint's ``preparing`` comes before its
 ``committed``). Nothing is ever overwritten, so no write can tear a record another reader
 relies on: on a filesystem with moves (``file://``, HDFS) a record is written under a
 temporary name and moved into place, on an object store by one PUT; a record whose bytes
-fail their check (half written) is skipped with a warning, never read. Records below the
+fail their check (half written) is never read: a ``preparing``/``committing`` one is
+skipped with a warning, a commit record counts as committed without its manifest (its
+name is the commit point). On ``file://`` each record is ``fsync``-ed before and after its
+move. Records below the
 older of the two committed ids kept are deleted after each commit. Flink's
 ``FileSystemCheckpointStorage`` writes each completed checkpoint's ``_metadata`` once the
 same way. No Ray.
@@ -63,15 +66,25 @@ class ObjectLog(CheckpointLog):
         return f"{self.dir}/{record_name(phase, checkpoint_id)}"
 
     def _believed(self, records) -> list[tuple[int, int, str]]:
-        """``records`` newest first, without those whose bytes fail their check."""
+        """``records`` newest first, without those whose bytes fail their check, except
+        a commit record: its name is the commit point (it appears whole by a move, or a
+        PUT, after the body was written), so sinks may have published the checkpoint and
+        it stays committed, its manifest unknown; its tasks' objects are still checked
+        when restored, and a corrupt one reaches the coordinator's ``corrupt()``."""
         out = []
         for rec in sorted(records, reverse=True):
             try:
                 self._read(rec)
             except TornObject as e:
-                logger.warning("%s: the log record %s is torn, skipped: %s",
-                               self.location.target, record_name(rec[2], rec[0]), e)
-                continue
+                if rec[2] in COMMIT_PHASES:
+                    logger.error("%s: the log record %s is torn (a write lost at a power "
+                                 "loss?): checkpoint %d stays committed, its manifest "
+                                 "unknown: %s", self.location.target,
+                                 record_name(rec[2], rec[0]), rec[0], e)
+                else:
+                    logger.warning("%s: the log record %s is torn, skipped: %s",
+                                   self.location.target, record_name(rec[2], rec[0]), e)
+                    continue
             except FileNotFoundError:
                 continue  # (deleted since the listing)
             out.append(rec)
@@ -98,10 +111,10 @@ class ObjectLog(CheckpointLog):
                 self._known = self._list()
                 self._committed = sorted(r[0] for r in self._known if r[2] in COMMIT_PHASES)
             if self.location.is_local and not self._made_dir:
-                self.location.filesystem.create_dir(self.dir, recursive=True)
+                _fs.make_dir(self.location, self.dir)
                 self._made_dir = True
             _fs.publish(self.location, self._path(phase, checkpoint_id),
-                        log_record(phase, checkpoint_id, text))
+                        log_record(phase, checkpoint_id, text), durable=True)
             rec = parse_record_name(record_name(phase, checkpoint_id))
             self._known.add(rec)
             if phase not in COMMIT_PHASES:
@@ -114,6 +127,19 @@ class ObjectLog(CheckpointLog):
                 except FileNotFoundError:
                     pass
                 self._known.discard(old)
+
+    def read_back(self, phase: str, checkpoint_id: int) -> bool:
+        rec = parse_record_name(record_name(phase, checkpoint_id))
+        try:
+            self._read(rec)
+        except Exception:  # (gone, torn, or the store still unreachable: not known)
+            return False
+        with self._lock:
+            if self._known is not None:
+                self._known.add(rec)
+            if phase in COMMIT_PHASES:
+                self._committed = sorted({*self._committed, checkpoint_id})[-KEEP_COMMITTED:]
+        return True
 
     def manifest(self, checkpoint_id: int) -> dict[int, tuple[int, int]] | None:
         for phase in COMMIT_PHASES:

@@ -30,17 +30,23 @@ from actors.state._common import StateSnapshot, changes, check_not_collected, in
 from actors.state._manifest import check_manifest
 from actors.state._object_format import (
     BASE,
+    chain_head,
     delta_name,
     gen_name,
     parse_task_listing,
     read_state_object,
-    serving_gen,
     state_object,
 )
 from actors.state._object_log import ObjectLog
 from actors.state._pins import read_newest_whole
-from actors.state._provider import CheckpointLog, CorruptCheckpoint, StateProvider, TaskStore
-from actors.state._sqlite import _LocalTaskStore, default_checkpoint_dir
+from actors.state._provider import (
+    CheckpointLog,
+    CorruptCheckpoint,
+    MissingState,
+    StateProvider,
+    TaskStore,
+)
+from actors.state._sqlite import _check_private, _LocalTaskStore, default_checkpoint_dir
 from actors.state._sqlite_format import (
     MARKER,
     StateDirError,
@@ -48,6 +54,7 @@ from actors.state._sqlite_format import (
     _component_dir,
     _component_name,
 )
+from topology._private import make_dirs
 from topology._redact import mask_text, mask_uri
 
 logger = logging.getLogger(__name__)
@@ -67,47 +74,52 @@ def _where(location: _fs.Location, path: str) -> str:
     return f"{location.filesystem.type_name}://{path}"
 
 
-def read_task(location: _fs.Location, folder: str, gens: dict[int, dict],
+def read_task(location: _fs.Location, folder: str, head: tuple[int, int] | None,
               checkpoint_id: int) -> tuple[int | None, dict[bytes, tuple[int, bytes]],
-                                           dict[int, int]]:
-    """A task's state as of ``checkpoint_id`` from its objects under ``folder`` (listed
-    as ``gens``, :func:`parse_task_listing`), changing nothing: ``(its global task id or
-    None when it has no objects, {key: (group, value)}, {checkpoint id: entry count} of
-    the deltas read)``. Blocks for one read per object of the generation read.
+                                           dict[int, tuple[int, int | None]]]:
+    """A task's state from its objects under ``folder``, walking its chain back from
+    ``head`` (``(generation, checkpoint id)``, :func:`chain_head`) through each delta's
+    ``prev`` to a base or the first delta, changing nothing: ``(its global task id or
+    None when ``head`` is None, {key: (group, value)}, the chain {checkpoint id:
+    (generation, entry count, None for a base)})``. Objects off the chain are never
+    read. Blocks for one read per object of the chain.
 
     Raises:
-        CorruptCheckpoint: an object is torn, damaged or gone (deleted since listed).
+        CorruptCheckpoint: an object of the chain is torn, damaged or gone.
     """
-    g = serving_gen(gens, checkpoint_id)
-    state: dict[bytes, tuple[int, bytes]] = {}
-    counts: dict[int, int] = {}
+    chain: dict[int, tuple[int, int | None]] = {}
+    objects = []
     task = None
-    if g is None:
-        if gens and checkpoint_id < min(gens):
-            check_not_collected(_where(location, folder), checkpoint_id, min(gens))
-        return task, state, counts
-    gen_dir = f"{folder}/{gen_name(g)}"
-
-    def read(path: str, cid: int):
+    at = head
+    while at is not None:
+        g, cid = at
+        path = f"{folder}/{gen_name(g)}/{BASE if cid == g else delta_name(cid)}"
         try:
             data = _fs.read_bytes(location, path)
         except FileNotFoundError:
-            raise CorruptCheckpoint(_where(location, path), cid, "the object is gone") \
-                from None
-        return read_state_object(data, _where(location, path), cid)
-
-    if gens[g]["base"] is not None:
-        task, entries = read(f"{gen_dir}/{BASE}", g)
-        state = {k: (grp, v) for k, grp, v in entries}
-    for cid in sorted(c for c in gens[g]["deltas"] if c <= checkpoint_id):
-        task, entries = read(f"{gen_dir}/{delta_name(cid)}", cid)
-        counts[cid] = len(entries)
+            raise CorruptCheckpoint(_where(location, path), checkpoint_id,
+                                    f"the object of checkpoint {cid} its chain names is "
+                                    f"gone") from None
+        t, entries, prev = read_state_object(data, _where(location, path), cid)
+        task = t if task is None else task
+        if cid == g:
+            chain[cid] = (g, None)
+            prev = None
+        else:
+            chain[cid] = (g, len(entries))
+        if prev is not None and (prev[1] >= cid or prev[1] in chain):
+            raise CorruptCheckpoint(_where(location, path), checkpoint_id,
+                                    f"its chain goes from {cid} to {prev[1]}")
+        objects.append(entries)
+        at = prev
+    state: dict[bytes, tuple[int, bytes]] = {}
+    for entries in reversed(objects):  # (the base or first delta first)
         for k, grp, v in entries:
             if v is None:
                 state.pop(k, None)
             else:
                 state[k] = (grp, v)
-    return task, state, counts
+    return task, state, chain
 
 
 def list_files(location: _fs.Location, folder: str) -> list[tuple[str, int]]:
@@ -122,9 +134,9 @@ def list_files(location: _fs.Location, folder: str) -> list[tuple[str, int]]:
 class ObjectTaskStore(TaskStore):
     """One task's checkpoints as objects under ``folder`` (``<dir>/<topology>/<submit
     id>/<component>/task-<index>``), its SQLite working copy at ``work_path``. Each
-    method blocks for its requests: ``prepare`` one write (none when the checkpoint
-    changed nothing), ``restore`` one listing, a read per object of the generation it
-    reads and a delete per object above the checkpoint, ``collect`` a write when it
+    method blocks for its requests: ``prepare`` one write (an empty delta when the
+    checkpoint changed nothing), ``restore`` one listing, a read per object of its chain
+    and a delete per object above the checkpoint, ``collect`` a write when it
     compacts and a directory delete per generation it drops."""
 
     def __init__(self, location: _fs.Location, folder: str, task: int, work_path: str) -> None:
@@ -138,22 +150,22 @@ class ObjectTaskStore(TaskStore):
         self._gens: dict[int, dict] | None = None  # listed lazily; then kept up to date
         self._gen = 0  # the generation new deltas go to
         self._latest: int | None = None  # the newest checkpoint prepared
-        self._counts: dict[int, int] = {}
+        #: this task's chain: {checkpoint id: (generation, entry count; None: the base)}
+        self._chain: dict[int, tuple[int, int | None]] = {}
         self._restored: tuple[int, dict] | None = None  # (id, {key: (group, value)})
         self._dirs: set[int] = set()
 
     def _listing(self) -> dict[int, dict]:
         if self._gens is None:
             self._gens = parse_task_listing(list_files(self.location, self.folder))
-            self._gen = max(self._gens, default=0)
         return self._gens
 
     def _write(self, gen: int, name: str, data: bytes) -> None:
         if self.location.is_local and gen not in self._dirs:  # (object stores have none)
-            self.location.filesystem.create_dir(f"{self.folder}/{gen_name(gen)}",
-                                                recursive=True)
+            _fs.make_dir(self.location, f"{self.folder}/{gen_name(gen)}")
             self._dirs.add(gen)
-        _fs.write_bytes(self.location, f"{self.folder}/{gen_name(gen)}/{name}", data)
+        # (whole or not at all: a kill mid-write leaves a temporary name, never a torn object)
+        _fs.publish(self.location, f"{self.folder}/{gen_name(gen)}/{name}", data)
 
     def prepare(self, checkpoint_id: int, puts, deletes) -> int:
         entries = changes(puts, deletes)
@@ -164,30 +176,46 @@ class ObjectTaskStore(TaskStore):
                                  f"checkpoints up to {self._gen} are compacted into a base")
             self._restored = None
             self._work.prepare(checkpoint_id, puts, deletes)
-            if entries:  # (a checkpoint that changed nothing writes no object)
-                data = state_object("delta", checkpoint_id, self.task, entries)
-                self._write(self._gen, delta_name(checkpoint_id), data)
-                gens.setdefault(self._gen, {"base": None, "deltas": {}})["deltas"][
-                    checkpoint_id] = len(data)
-            self._counts[checkpoint_id] = len(entries)
+            # (written even when it changed nothing: the commit manifest names it, so a
+            # restore finds the newest object of the chain by name)
+            prev = max(((g, c) for c, (g, _) in self._chain.items() if c < checkpoint_id),
+                       key=lambda x: x[1], default=None)
+            data = state_object("delta", checkpoint_id, self.task, entries, prev)
+            self._write(self._gen, delta_name(checkpoint_id), data)
+            gens.setdefault(self._gen, {"base": None, "deltas": {}})["deltas"][
+                checkpoint_id] = len(data)
+            for c in [c for c in self._chain if c >= checkpoint_id]:  # (written again)
+                del self._chain[c]
+            self._chain[checkpoint_id] = (self._gen, len(entries))
             self._latest = checkpoint_id
         return len(entries)
 
     def check_prepared(self, checkpoint_id: int, count: int | None) -> None:
         with self._lock:
-            base = self._gen if self._gen and self._listing()[self._gen]["base"] is not None \
-                else None
-            n = self._counts.get(checkpoint_id)
-        if n is None and count == 0:
-            return  # (it changed nothing, so it wrote no object)
+            base = max((c for c, (_, n) in self._chain.items() if n is None), default=None)
+            n = self._chain.get(checkpoint_id, (None, None))[1]
         check_manifest(self.path, checkpoint_id, count, base, n)
 
     def restore(self, checkpoint_id: int | None,
                 groups: range | None = None) -> dict[bytes, bytes]:
+        return self.restore_checked(checkpoint_id, groups, None)
+
+    def restore_checked(self, checkpoint_id: int | None, groups: range | None,
+                        named: tuple[int, int] | None) -> dict[bytes, bytes]:
+        """:meth:`restore`, the chain read back from the object the commit manifest's
+        entry ``named`` (``(checkpoint id, entry count)``) names, then checked against
+        it; without an entry, from the newest object listed at or below the id.
+
+        Raises:
+            MissingState: the named object is not listed (the task's objects are gone,
+                or not visible from this node).
+            CorruptCheckpoint: an object of the chain is torn, damaged or gone, or
+                disagrees with the entry.
+        """
         with self._lock:
             if checkpoint_id is None:
                 self.location.filesystem.delete_dir_contents(self.folder, missing_dir_ok=True)
-                self._gens, self._gen, self._counts, self._dirs = {}, 0, {}, set()
+                self._gens, self._gen, self._chain, self._dirs = {}, 0, {}, set()
                 self._restored, self._latest = None, None
                 self._work.restore(None)
                 return {}
@@ -197,10 +225,17 @@ class ObjectTaskStore(TaskStore):
                 if gens and checkpoint_id < min(gens):  # (before anything is dropped)
                     check_not_collected(self.path, checkpoint_id, min(gens))
                 self._drop_above(gens, checkpoint_id)
-                task, state, counts = read_task(self.location, self.folder, gens,
-                                                checkpoint_id)
-                self._gen = max(gens, default=0)
-                self._counts = counts
+                head = chain_head(gens, checkpoint_id,
+                                  None if named is None else min(named[0], checkpoint_id))
+                if head is None and named is not None:
+                    raise MissingState(self.path, checkpoint_id,
+                                       f"the commit manifest names its object of checkpoint "
+                                       f"{named[0]}, and none is there (its objects are "
+                                       f"gone, or not visible from this node)")
+                task, state, chain = read_task(self.location, self.folder, head,
+                                               checkpoint_id)
+                self._chain = chain
+                self._gen = head[0] if head is not None else 0
                 self._latest = checkpoint_id
                 self._work.restore(None)  # the working copy: the state as of the id
                 self._work.prepare(checkpoint_id, [(g, k, v) for k, (g, v) in state.items()],
@@ -208,11 +243,13 @@ class ObjectTaskStore(TaskStore):
                 self._work.collect(checkpoint_id)
                 self._restored = (checkpoint_id, state)
             state = self._restored[1]
+        if named is not None:
+            self.check_prepared(*named)
         return {k: v for k, (g, v) in state.items() if in_groups(g, groups)}
 
     def _drop_above(self, gens: dict[int, dict], checkpoint_id: int) -> None:
-        """Delete what a rolled-back round wrote (ids above ``checkpoint_id``): a later
-        checkpoint with a higher id must not read it."""
+        """Delete what a rolled-back round wrote (ids above ``checkpoint_id``): tidying
+        only, as a restore reads its chain, never what is listed."""
         fs = self.location.filesystem
         for g in [g for g in gens if g > checkpoint_id]:
             fs.delete_dir(f"{self.folder}/{gen_name(g)}")
@@ -236,7 +273,13 @@ class ObjectTaskStore(TaskStore):
                 self._write(latest, BASE, data)
                 gens[latest] = {"base": len(data), "deltas": {}}
                 self._gen = latest
-            keep = serving_gen(gens, keep_from)  # GC: what no retained checkpoint reads
+                self._chain[latest] = (latest, None)
+            # GC: the generations below the one the chain of ``keep_from`` starts in
+            # (what no retained checkpoint reads; strays there go with them)
+            serving = [c for c in self._chain if c <= keep_from]
+            keep = self._chain[max(serving)][0] if serving else None
+            for c in [c for c, (g, _) in self._chain.items() if keep is not None and g < keep]:
+                del self._chain[c]
             for g in [g for g in gens if keep is not None and g < keep]:
                 self.location.filesystem.delete_dir(f"{self.folder}/{gen_name(g)}")
                 del gens[g]
@@ -285,8 +328,10 @@ class ObjectProvider(StateProvider):
         self.topology_name, self.submit_id = topology_name, submit_id
         self.topology_dir = self.location.join(topology_name)
         self.root = self.location.join(topology_name, submit_id)
-        self.work_dir = os.path.join(os.path.dirname(default_checkpoint_dir()),
-                                     "storm-on-ray-work", topology_name, submit_id)
+        # (the working copies: in this user's private state directory, never a shared
+        # one another local user could plant, topology/_private.py)
+        self.work_dir = os.path.join(default_checkpoint_dir(), "work", topology_name,
+                                     submit_id)
         self._open: list[ObjectTaskStore] = []
         self._lock = threading.Lock()
         try:
@@ -302,7 +347,7 @@ class ObjectProvider(StateProvider):
             owner = _fs.read_bytes(self.location, marker).decode("utf-8", "replace")
         except FileNotFoundError:
             if self.location.is_local:
-                self.location.filesystem.create_dir(self.topology_dir, recursive=True)
+                _fs.make_dir(self.location, self.topology_dir)
             _fs.publish(self.location, marker, (self.topology_name + "\n").encode())
             return
         if owner.removesuffix("\n") != self.topology_name:
@@ -320,7 +365,8 @@ class ObjectProvider(StateProvider):
         kept under ``<component>/task-<index>/``, with a new working copy in this node's
         temporary directory (removed at close). Nothing is requested yet."""
         folder = f"{self.root}/{_component_dir(component)}/task-{int(index)}"
-        os.makedirs(self.work_dir, exist_ok=True)
+        make_dirs(self.work_dir)
+        _check_private(self.work_dir)
         work = os.path.join(self.work_dir, f"{_component_dir(component)}-{int(index)}-"
                                            f"{uuid.uuid4().hex[:8]}.db")
         store = ObjectTaskStore(self.location, folder, int(task), work)
@@ -351,14 +397,33 @@ class ObjectProvider(StateProvider):
             if len(parts) == 3 and parts[1].startswith("task-"):
                 tasks.setdefault((parts[0], parts[1]), []).append((parts[2], size))
 
+        log = self.checkpoint_log()
+
         def read(cid: int) -> dict:
+            named = log.manifest(cid) or {}
             out: dict = {}
             for (comp, task_dir), names in sorted(tasks.items()):
-                task, state, _ = read_task(self.location, f"{self.root}/{comp}/{task_dir}",
-                                           parse_task_listing(names), cid)
-                if task is not None:
-                    out.setdefault(_component_name(comp), {})[task] = {
-                        k: v for k, (_, v) in state.items()}
+                folder = f"{self.root}/{comp}/{task_dir}"
+                gens = parse_task_listing(names)
+                head = chain_head(gens, cid)
+                if head is None:
+                    continue
+                task, state, chain = read_task(self.location, folder, head, cid)
+                entry = named.get(task)
+                if entry is not None and entry[0] not in chain:  # (a stray was newest)
+                    head = chain_head(gens, cid, entry[0])
+                    if head is None:
+                        raise MissingState(_where(self.location, folder), cid,
+                                           f"the commit manifest names its object of "
+                                           f"checkpoint {entry[0]}, and none is there")
+                    task, state, chain = read_task(self.location, folder, head, cid)
+                if entry is not None:
+                    check_manifest(_where(self.location, folder), *entry,
+                                   max((c for c, (_, n) in chain.items() if n is None),
+                                       default=None),
+                                   chain.get(entry[0], (None, None))[1])
+                out.setdefault(_component_name(comp), {})[task] = {
+                    k: v for k, (_, v) in state.items()}
             return out
 
         state, used = read_newest_whole(candidates, read, lambda: None)

@@ -74,6 +74,17 @@ class TaskStore(ABC):
             CorruptCheckpoint: the data of that checkpoint fails its check.
         """
 
+    def restore_checked(self, checkpoint_id: int | None, groups: range | None,
+                        named: tuple[int, int] | None) -> dict[bytes, bytes]:
+        """:meth:`restore`, then :meth:`check_prepared` against ``named``, the commit
+        manifest's entry for the task (``(checkpoint id, entry count)``; None: none). A
+        store whose restore must follow what the manifest names (the object provider's
+        chain) overrides it. Blocks and raises as both do."""
+        out = self.restore(checkpoint_id, groups)
+        if checkpoint_id is not None and named is not None:
+            self.check_prepared(*named)
+        return out
+
     def check_prepared(self, checkpoint_id: int, count: int | None) -> None:  # noqa: B027
         """Raise :class:`CorruptCheckpoint` (naming the store's path or key) unless this
         store holds what checkpoint ``checkpoint_id`` wrote: its record with ``count``
@@ -112,6 +123,14 @@ class CheckpointLog(ABC):
         """The commit manifest recorded with committed ``checkpoint_id`` (None: none
         kept, or a log that keeps none)."""
         return None
+
+    def read_back(self, phase: str, checkpoint_id: int) -> bool:
+        """After a :meth:`record` that raised: whether its record is stored anyway (a
+        write the store applied whose reply was lost), read back from the store, and
+        then taken as recorded. False: not stored, or the log cannot tell (the default).
+        Flink likewise settles a failed store of a completed checkpoint before it
+        declares the checkpoint failed. Blocks for one read; raises nothing."""
+        return False
 
     def where(self) -> str:
         """Where the log is kept (a path, a key), for messages."""

@@ -35,7 +35,7 @@ from typing import Any
 
 from actors._codec import decode_key, decode_value, value_encoder
 from actors.state._internals import INTERNAL_PREFIX
-from actors.state.savepoints import Savepoint, SavepointError
+from actors.state.savepoints import Savepoint, SavepointError, describe_inputs
 from topology import StatefulSpout, StormTopology, TwoPhaseCommitSink
 from topology._keygroups import KEY_GROUPS_KEY, key_group_count, key_group_range, operator_index
 from topology._splits import SPLITS_KEY
@@ -71,11 +71,12 @@ def _finished(olds: list[Entries]) -> Entries:
     return {FINISHED: b"\xc3"} if olds and all(FINISHED in e for e in olds) else {}
 
 
-def assign_keyed(old: dict[int, Entries], new_n: int, groups: int,
+def assign_keyed(old: dict[int, Entries], old_n: int, new_n: int, groups: int,
                  group_of: Callable[[bytes], int]) -> dict[int, Entries]:
-    """Each new task's entries of a keyed component: from each intersecting old task, the
-    user entries whose group (``group_of(stored key)``) it owns, and the finished record
-    when every such old task had it.
+    """Each new task's entries of a keyed component: from each intersecting old task (of
+    ``old_n``; one missing from ``old`` counts as not finished), the user entries whose
+    group (``group_of(stored key)``) it owns, and the finished record when every such old
+    task had it.
 
     Raises:
         ValueError: runtime-internal entries other than the finished record (persistent
@@ -92,7 +93,7 @@ def assign_keyed(old: dict[int, Entries], new_n: int, groups: int,
         for key, v in entries.items():
             if key != FINISHED:
                 out[owner[group_of(key)]][key] = v
-    for j, sources in enumerate(key_group_sources(len(old), new_n, groups)):
+    for j, sources in enumerate(key_group_sources(old_n, new_n, groups)):
         out[j].update(_finished([old.get(k, {}) for k in sources]))
     return out
 
@@ -196,20 +197,26 @@ def rescale(savepoint: Savepoint, topology: StormTopology, conf: dict) -> Savepo
             raise SavepointError(f"savepoint {savepoint.path}: component {c!r}: savepoint "
                                  f"has {old_n} tasks, this topology has {new_n}, and {why}; "
                                  f"restore with {old_n}")
-        if was["key_groups"] != groups:
-            refuse(f"the savepoint has {was['key_groups']} key groups, {KEY_GROUPS_KEY} is "
-                   f"{groups} (a rescale keeps the key-group count, as Flink keeps the max "
-                   f"parallelism)")
+        def same_groups(c: str = c) -> None:  # (what splits by key group: spouts, keys)
+            if was["key_groups"] != groups:
+                refuse(f"the savepoint has {was['key_groups']} key groups, {KEY_GROUPS_KEY} "
+                       f"is {groups} (a rescale keeps the key-group count, as Flink keeps "
+                       f"the max parallelism)")
         old = savepoint.entries.get(c, {})
         try:
             if spec.is_spout:
+                same_groups()
                 if type(spec.obj).redistribute.__func__ is StatefulSpout.redistribute.__func__:
                     refuse(f"spout class {type(spec.obj).__name__} has no redistribute "
                            f"(its position does not split)")
                 entries[c] = assign_spout(type(spec.obj), old, old_n, new_n)
             elif isinstance(spec.obj, TwoPhaseCommitSink):
                 entries[c] = assign_transactions(old, new_n)
+            elif was["keyed"].get(c) and was["keyed"].get(c) != now["keyed"].get(c):
+                refuse(f"the savepoint has {describe_inputs(was['keyed'][c])}, this topology has "
+                       f"{describe_inputs(now['keyed'].get(c))} (its keys would be other keys)")
             elif c in now["keyed"] and was["keyed"].get(c) == now["keyed"][c]:
+                same_groups()
                 kg = keyed_state(topology, c, topology.component_tasks[c][0], conf)[0]
                 memo = key_groups[c] = {}
 
@@ -217,7 +224,7 @@ def rescale(savepoint: Savepoint, topology: StormTopology, conf: dict) -> Savepo
                     key = decode_key(stored)
                     g = memo[key] = kg(key)
                     return g
-                entries[c] = assign_keyed(old, new_n, groups, group_of)
+                entries[c] = assign_keyed(old, old_n, new_n, groups, group_of)
             else:
                 refuse("its state is per task, not keyed by a fields grouping (Flink "
                        "refuses non-partitioned state at another parallelism): it cannot "
@@ -229,7 +236,13 @@ def rescale(savepoint: Savepoint, topology: StormTopology, conf: dict) -> Savepo
         components[c] = new_n
     if not changed:
         return savepoint
-    layout = {**was, "tasks": {**was["tasks"], **{c: n for c, (_, n) in changed.items()}}}
+    # a forward peer (with state or without) moved with its stateful peer: _check_forward
+    # let only equal counts at both ends through
+    peers = {c for edge in was["forward"] + now["forward"] if set(edge) & set(changed)
+             for c in edge}
+    moved = {c: now["tasks"][c] for c in peers if c in now["tasks"]}
+    layout = {**was, "tasks": {**was["tasks"], **moved,
+                               **{c: n for c, (_, n) in changed.items()}}}
     return Rescaled(**{**vars(savepoint), "entries": entries, "components": components,
                        "layout": layout, "key_groups": key_groups})
 

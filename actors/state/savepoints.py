@@ -305,8 +305,8 @@ def check_restore(savepoint: Savepoint, topology: StormTopology,
         if old != new:
             raise SavepointError(
                 f"savepoint {savepoint.path}: component {component!r}: savepoint has "
-                f"{_inputs(old)}, this topology has {_inputs(new)}; restore with the "
-                f"key fields and grouping of the savepoint")
+                f"{describe_inputs(old)}, this topology has {describe_inputs(new)}; "
+                f"restore with the key fields and grouping of the savepoint")
     stateful = set(restored)
     for source, target in sorted(set(map(tuple, was["forward"] + now["forward"]))):
         if not {source, target} & stateful:
@@ -321,7 +321,9 @@ def check_restore(savepoint: Savepoint, topology: StormTopology,
                     f"by index; restore with {old}")
 
 
-def _inputs(inputs: list | None) -> str:
+def describe_inputs(inputs: list | None) -> str:
+    """A layout's record of a component's inputs (``describe``'s ``"keyed"`` entry, None
+    for per-task state) in words, for refusals."""
     if inputs is None:
         return "per-task state (not keyed by a fields grouping)"
     return "keyed state grouped by " + ", ".join(

@@ -14,7 +14,10 @@ from typing import Any
 
 from connectors.spark.arrow_rows import arrow_rows
 from topology import RetryService, TopologyError
-from topology._splits import SPLITS_KEY, SplitPositions, SplitSpout
+from topology._splits import SPLITS_KEY, SplitPositions, SplitSpout, redistribute_splits
+
+#: the state key of the frame's block count (positions name blocks)
+BLOCKS_KEY = "blocks"
 
 #: A DataFrameSpout's flush interval (ms): see DataFrameSpout.get_component_configuration
 FLUSH_INTERVAL_MS = 10
@@ -58,7 +61,9 @@ class DataFrameSpout(SplitSpout):
     unset; with fewer than ``S`` blocks, split ``b * S // B`` of ``B``, so that few blocks
     spread over the tasks), and the state holds, per split, the blocks done and the items
     emitted of the next, so a savepoint restores at another parallelism
-    (``SplitSpout.redistribute``).
+    (``SplitSpout.redistribute``). The state records the frame's block count ``B`` too:
+    positions name blocks, so a restore whose frame has another block count (another
+    partitioning) is refused rather than reading other blocks.
 
     On the driver, the constructor hands the frame to RayDP (``spark_dataframe_to_ray_dataset``,
     what ``ray.data.from_spark`` calls), which
@@ -203,6 +208,12 @@ class DataFrameSpout(SplitSpout):
         if self._legacy:
             self._plan(tuple(state.get("position")))
             return
+        blocks = state.get(BLOCKS_KEY)
+        if blocks is not None and blocks != len(self._block_refs):
+            raise ValueError(f"DataFrameSpout task {self._stride[1]}: its state is of a frame "
+                             f"of {blocks} blocks, this frame has {len(self._block_refs)}: "
+                             f"its positions would name other blocks; give the frame "
+                             f"{blocks} blocks (parallelism={blocks})")
         self._splits.load(state, f"DataFrameSpout task {self._stride[1]}")
         self._splits.positions = {s: tuple(p) for s, p in self._splits.positions.items()}
         self._plan()
@@ -217,6 +228,24 @@ class DataFrameSpout(SplitSpout):
             s, rank = self._where(self._block)
             self._splits.positions[s] = (rank, self._item)
         self._splits.save(self._state)
+        self._state.put(BLOCKS_KEY, len(self._block_refs))
+
+    @classmethod
+    def redistribute(cls, old: list[dict], index: int, count: int) -> dict:
+        """:func:`~topology._splits.redistribute_splits` of the split positions, with
+        the block count the old tasks recorded (checked against the new frame's at
+        ``init_state``).
+
+        Raises:
+            ValueError: old tasks of different block counts, or what
+                ``redistribute_splits`` raises.
+        """
+        counts = {state.get(BLOCKS_KEY) for state in old} - {None}
+        if len(counts) > 1:
+            raise ValueError(f"the old tasks' states are of frames of {sorted(counts)} blocks")
+        out = redistribute_splits([{k: v for k, v in state.items() if k != BLOCKS_KEY}
+                                   for state in old], index, count)
+        return {**out, BLOCKS_KEY: counts.pop()} if counts else out
 
     def _fetch(self, ref):
         """A block's Arrow table (``ray.get``)."""
@@ -255,11 +284,10 @@ class DataFrameSpout(SplitSpout):
             mid = self._replay.pop(0)
             self._collector.emit(self._in_flight[mid], msg_id=mid)
             return
-        row = next(self._rows, None)
-        if row is None:
+        # (a block whose items were all emitted before a restore is skipped whole: on)
+        while (row := next(self._rows, None)) is None:
             if not self._next_block():
                 raise StopIteration
-            row = next(self._rows)
         if self._msg_ids:
             mid = self._emitted_items
             self._in_flight[mid] = row
