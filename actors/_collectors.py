@@ -20,6 +20,7 @@ from actors._outbox import Outbox
 from actors._replay_gate import ReplayGate
 from actors._routing import StreamRouter
 from topology import DEFAULT_STREAM, EmitError, OutputCollector, SpoutOutputCollector, Tuple
+from topology._dead_letters import DEAD_LETTER_STREAM
 
 logger = logging.getLogger("storm_on_ray.executor")
 
@@ -142,6 +143,9 @@ class SpoutCollector(_Emitter, SpoutOutputCollector):
         #: ended (its deadline passed), in all
         self.held_for_replays = 0
         self.late_replays = 0
+        #: failed msg ids no emit could wait for (unhashable), in all
+        self.unhashable_replays = 0
+        self._rolled_back_at = 0.0
 
     def emit(self, values, stream: str = DEFAULT_STREAM, msg_id: Any = None
              ) -> tuple[int, ...]:
@@ -154,10 +158,12 @@ class SpoutCollector(_Emitter, SpoutOutputCollector):
         r = self._default if stream is DEFAULT_STREAM else self.routers.get(stream)
         if r is None or len(values) != r.arity:
             r = self._router(values, stream)  # raises, naming the stream
-        if msg_id is None and self.anchoring:
-            self._refuse_unanchored(stream)
+        if msg_id is None and self.anchoring and stream[:2] != "__":
+            self._refuse_unanchored(stream)  # (a system stream's, as dead letters, pass)
         if self.gate is not None:
-            return self._gated(None, values, stream, msg_id)
+            if stream[:2] != "__":
+                return self._gated(None, values, stream, msg_id)
+            return self._system_emit(values, stream, msg_id)
         self.emitted += 1
         if msg_id is None:
             deliver = r.deliver
@@ -169,22 +175,49 @@ class SpoutCollector(_Emitter, SpoutOutputCollector):
     def emit_direct(self, task: int, values, stream: str = DEFAULT_STREAM,
                     msg_id: Any = None) -> None:
         r, targets = self._targets(values, stream, task)
-        if self.gate is not None:
+        system = stream[:2] == "__"  # (as dead letters: neither refused nor held)
+        if self.gate is not None and not system:
             if msg_id is None and self.anchoring:
                 self._refuse_unanchored(stream)
+            self.emitted -= 1  # (counted by _gated, or by the emit_direct it makes)
             self._gated(task, values, stream, msg_id)
         elif msg_id is None:
-            if self.anchoring:
+            if self.anchoring and not system:
                 self._refuse_unanchored(stream)
             self._send(targets, (r.index, values))
         else:
             self._tracked(r.index, values, targets, msg_id)
 
     def hold_new_emits(self, failed: list, now: float, timeout_s: float) -> None:
-        """A rollback failed ``failed`` (msg ids): until each is emitted again, or
-        ``timeout_s`` passed, new emits wait (see actors/_replay_gate.py)."""
-        self._drop_gate()
-        self.gate = ReplayGate(failed, now + timeout_s, now + 2 * timeout_s)
+        """A rollback failed ``failed`` (msg ids), at ``now`` (monotonic s): until each
+        is emitted again, or ``timeout_s`` passed from the task's first queue check after
+        the rollback (:meth:`tick_gate`), new emits wait (see actors/_replay_gate.py). A
+        hold still up from an earlier rollback carries over: what it held stays held,
+        first (those emits were never sent, so this rollback did not fail them)."""
+        gate = self.gate = ReplayGate(failed, timeout_s, carried=self.gate)
+        self._rolled_back_at = now
+        self.unhashable_replays += gate.unhashable
+        if gate.unhashable:
+            logger.warning(
+                "spout %r: %d of the msg ids the rollback failed are unhashable, so no new "
+                "tuple waits for their replays (use hashable msg ids, e.g. tuples; stats: "
+                "unhashable_replays)", self._component_id, gate.unhashable)
+        if gate.open and gate.held:
+            self._release(gate)
+
+    def release_held(self, now: float) -> None:
+        """End the hold now and send what it held (the spout's stream ended, or it
+        starts draining: a held emit must not be left behind)."""
+        gate = self.gate
+        if gate is None:
+            return
+        gate.end(now)
+        if gate.held:
+            logger.warning(
+                "spout %r ended its stream or drains with %d of the tuples the rollback "
+                "failed not emitted again; its %d new tuples held behind them go now",
+                self._component_id, len(gate.pending), len(gate.held))
+            self._release(gate)
 
     def tick_gate(self, now: float) -> None:
         """The hold's deadline (executor thread, at its queue checks): past it, the
@@ -193,18 +226,27 @@ class SpoutCollector(_Emitter, SpoutOutputCollector):
         if gate.expire(now) and gate.held:
             logger.warning(
                 "spout %r: %d of the tuples the rollback failed were not emitted again "
-                "within topology.message.timeout.secs; its %d new tuples held behind them "
-                "go now, and those replays, if they come, may be late for event-time "
-                "windows %s", self._component_id, len(gate.pending), len(gate.held),
+                "within topology.message.timeout.secs of resuming (%.1f s after the "
+                "rollback); its %d new tuples held behind them go now, and those replays, "
+                "if they come, may be late for event-time windows %s", self._component_id,
+                len(gate.pending), now - self._rolled_back_at, len(gate.held),
                 list(self.windows_downstream))
             self._release(gate)
         if gate.done(now):
             self.gate = None
 
-    def _drop_gate(self) -> None:
+    def _system_emit(self, values, stream: str, msg_id: Any) -> tuple[int, ...]:
+        """An emit on a system stream while a gate is up: it goes now. A dead letter
+        (``RetryService``, from the spout's ``fail``) says its tuple will not be emitted
+        again: no new emit waits for it."""
         gate, self.gate = self.gate, None
-        if gate is not None:  # (a rollback before the last one's hold ended)
-            gate.held.clear()  # the rollback failed these too: they come again
+        try:
+            out = self.emit(values, stream, msg_id)
+        finally:
+            self.gate = gate
+        if stream == DEAD_LETTER_STREAM and gate.give_up(values[1]) and gate.held:
+            self._release(gate)
+        return out
 
     def _gated(self, task: int | None, values, stream: str, msg_id: Any):
         """An emit while a gate is up: a replay or an emit after the hold goes now;

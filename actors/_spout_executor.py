@@ -112,7 +112,8 @@ class SpoutExecutor(ExecutorCore):
         """The spout's ``fail`` for each of ``msg_ids`` (a rollback). Its new emits are
         held until it has emitted each of them again (replays before new tuples, so
         event-time windows downstream do not drop the replays as late), for at most
-        ``topology.message.timeout.secs`` (see actors/_replay_gate.py)."""
+        ``topology.message.timeout.secs`` from the task's resume, or until its stream
+        ends or it drains (see actors/_replay_gate.py)."""
         self.collector.hold_new_emits(msg_ids, time.monotonic(),
                                       float(self.conf["topology.message.timeout.secs"]))
         self._call_user(UserCalls([], msg_ids, [reason] * len(msg_ids)))
@@ -258,6 +259,8 @@ class SpoutExecutor(ExecutorCore):
                     counter += burst - room
                     calls += burst - room
             except StopIteration:
+                if col.gate is not None:  # what the hold keeps goes before the end
+                    col.release_held(time.monotonic())
                 self._user_calls(UserCalls(ledger.take_acks_due(), []))
                 if cp is None and not trees:
                     return
@@ -302,6 +305,8 @@ class SpoutExecutor(ExecutorCore):
         (``TaskCheckpoint.replay_to``: :attr:`_redrain`)."""
         self.draining = True
         logger.info("%s:%d: draining", self.component_id, self.task_id)
+        if self.collector.gate is not None:  # what the hold keeps goes before the drain
+            self.collector.release_held(time.monotonic())
         cp, emitted = self.checkpoint, self.collector.emitted
         self._redrain = None
         if cp is not None:  # a rewound spout not yet back where it had come drains there

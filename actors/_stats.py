@@ -82,7 +82,8 @@ class TaskStats:
     the dead-letter stream; 0 for other tasks). After a rollback (actors/_replay_gate.py):
     ``held_for_replays`` (a replaying spout's new emits held until the tuples the rollback
     failed were emitted again) and ``late_replays`` (those emitted again only after the
-    hold's deadline, ``topology.message.timeout.secs``: event-time windows may drop them).
+    hold's deadline, ``topology.message.timeout.secs``: event-time windows may drop them),
+    ``unhashable_replays`` (failed msg ids no new emit could wait for: unhashable).
 
     Receive queue (Storm 2.0's JCQueue): ``queue_population`` / ``queue_capacity``
     (tuples now / bound), ``queue_pct_full`` (0..1), ``overflow`` (tuples in the overflow
@@ -174,6 +175,7 @@ class TaskStats:
     dead_letters: int = 0
     held_for_replays: int = 0
     late_replays: int = 0
+    unhashable_replays: int = 0
     queue_population: int = 0
     queue_capacity: int = 0
     queue_pct_full: float = 0.0
@@ -313,6 +315,7 @@ def task_stats(core: Any, interval: IntervalMetrics | None = None) -> TaskStats:
         dead_letters=_dead_letters(core),
         held_for_replays=getattr(core.collector, "held_for_replays", 0),
         late_replays=getattr(core.collector, "late_replays", 0),
+        unhashable_replays=getattr(core.collector, "unhashable_replays", 0),
         queue_population=q.population, queue_capacity=q.capacity,
         queue_pct_full=q.pct_full, overflow=q.overflow,
         queue_arrival_rate_secs=q.arrival_rate_secs, queue_sojourn_time_ms=q.sojourn_time_ms,

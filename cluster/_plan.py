@@ -203,15 +203,22 @@ def _refuse_unsound_state(topology: StormTopology, conf: dict) -> None:
                     f"behind a dropped tuple still passes, so the checkpoint commits without "
                     f"it{' and acks it to its spout' if acking else ''}, and the state misses "
                     f"it for good; leave {key} at 0 (unbounded) here")
-    if acking:
-        for sid in sorted(c for c, spec in comps.items() if spec.is_spout):
-            if not comps[sid].obj.emits_msg_ids:
-                raise TopologyError(
-                    f"spout {sid!r} emits without msg ids (emits_msg_ids False) in a "
-                    f"topology that checkpoints with acking on (stateful bolts {stateful}): "
-                    f"a rollback cannot replay tuples that are in no tree, so every one "
-                    f"after the last checkpoint would be lost; emit with msg ids (for "
-                    f"StreamingDataFrameSpout, msg_ids=True)")
+    for sid in sorted(c for c, spec in comps.items() if spec.is_spout):
+        obj = comps[sid].obj
+        if obj.commits_on_entry:
+            raise TopologyError(
+                f"spout {sid!r} commits its source on entry (commits_on_entry: its source "
+                f"takes each tuple as done once emitted) in a topology that checkpoints "
+                f"(stateful bolts {stateful}): neither a restored position nor a replay "
+                f"can bring back what it emitted after the last checkpoint, so a failure "
+                f"would lose it; for StreamingDataFrameSpout pass msg_ids=True")
+        if acking and not obj.emits_msg_ids and not is_stateful(obj):
+            raise TopologyError(
+                f"spout {sid!r} emits without msg ids (emits_msg_ids False) in a "
+                f"topology that checkpoints with acking on (stateful bolts {stateful}): "
+                f"a rollback cannot replay tuples that are in no tree, so every one "
+                f"after the last checkpoint would be lost; emit with msg ids, or make it "
+                f"a StatefulSpout that keeps its position")
     timeout = conf["topology.message.timeout.secs"]
     interval = conf["topology.state.checkpoint.interval.ms"]
     if acking and timeout and interval >= timeout * 1000:

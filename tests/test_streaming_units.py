@@ -316,7 +316,7 @@ def test_kill_command_takes_wait_and_drain():
 def test_a_replay_gate_holds_new_emits_until_every_failed_id_came_again():
     from actors._replay_gate import ReplayGate
 
-    g = ReplayGate([3, 4], deadline=10.0, forget_at=20.0)
+    g = ReplayGate([3, 4], timeout_s=10.0)
     assert not g.admits(7) and not g.admits(None)  # new tuples: held
     g.hold("seven")
     assert g.admits(4) and not g.open
@@ -328,10 +328,24 @@ def test_a_replay_gate_holds_new_emits_until_every_failed_id_came_again():
 def test_a_replay_gate_opens_at_its_deadline_and_counts_replays_after_it_as_late():
     from actors._replay_gate import ReplayGate
 
-    g = ReplayGate([1, 2], deadline=10.0, forget_at=20.0)
+    g = ReplayGate([1, 2], timeout_s=10.0)
     assert not g.admits(5)
     g.hold("five")
+    assert not g.expire(0.0)  # the clock starts at the first call (the resume)
     assert not g.expire(9.9) and g.expire(10.0) and not g.expire(11.0)
     assert g.release() == ["five"] and g.admits(6)
     assert g.admits(1) and g.late == 1  # a replay after the hold: late
     assert not g.done(19.0) and g.done(20.0)  # id 2 forgotten at forget_at
+
+
+def test_a_replay_gate_carries_an_earlier_hold_only_while_it_lasts():
+    from actors._replay_gate import ReplayGate
+
+    first = ReplayGate([1, 2], timeout_s=10.0)
+    first.hold("new")
+    second = ReplayGate([3], timeout_s=10.0, carried=first)
+    assert second.pending == {1, 2, 3} and list(second.held) == ["new"]
+    first = ReplayGate([1], timeout_s=10.0)
+    first.expire(0.0)
+    assert first.expire(10.0)  # its deadline passed: 1 is no longer waited for
+    assert ReplayGate([3], timeout_s=10.0, carried=first).pending == {3}

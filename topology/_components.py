@@ -122,13 +122,20 @@ class Spout(_Component):
     #: event time (``topology.bolts.window.ack.on.entry``).
     acks_hold_source: bool = False
 
-    #: False for a spout that emits without msg ids (``StreamingDataFrameSpout(msg_ids=
-    #: False)``): its tuples are in no tree, so a rollback cannot fail them for a replay,
-    #: and a stateful topology with acking would lose every one after its checkpoint. A
-    #: spout saying so in a topology that checkpoints with acking on is refused at submit
-    #: (docs/state.md, the replay contract); a non-stateful spout that emits without a msg
-    #: id there anyway fails its task at that emit (Storm's ``AnchoringOutputCollector``).
+    #: False for a spout that emits without msg ids: its tuples are in no tree, so a
+    #: rollback cannot fail them for a replay. A spout that keeps no position and says so
+    #: is refused at submit in a topology that checkpoints with acking on (docs/state.md,
+    #: the replay contract); one that emits without a msg id there anyway fails its task at
+    #: that emit (Storm's ``AnchoringOutputCollector``). A ``StatefulSpout`` needs no msg
+    #: ids: its restored position rewinds it.
     emits_msg_ids: bool = True
+
+    #: True for a spout whose source takes a tuple as done once it is emitted
+    #: (``StreamingDataFrameSpout(msg_ids=False)``: Spark commits a micro-batch as it
+    #: enters the hand-off): no restored position can bring back what was emitted after
+    #: the last checkpoint, so such a spout is refused in any topology that checkpoints,
+    #: acking on or off (docs/state.md, the replay contract).
+    commits_on_entry: bool = False
 
     #: Items the whole component (all its tasks) will emit, when the spout knows it (a
     #: finite source such as a DataFrame); read on the driver for progress bars.

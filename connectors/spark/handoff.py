@@ -85,9 +85,10 @@ class HandoffCore:
         self.error: str | None = None
         self._queue: deque[MicroBatch] = deque()  # micro-batches with untaken blocks
         self._open: dict[int, MicroBatch] = {}  # batch id → micro-batch not yet complete
-        #: (batch id, block index) → (task, block, rows): blocks taken and not yet done,
-        #: given back if their task restarts (with acking only)
-        self._leases: dict[tuple[int, int], tuple[Any, Any, int]] = {}
+        #: (batch id, block index) → (task, block, rows, start): blocks taken and not yet
+        #: done, given back if their task restarts (with acking only); start: the first
+        #: row handed out
+        self._leases: dict[tuple[int, int], tuple[Any, Any, int, int]] = {}
         #: (batch id, block index) → rows of the block a committed checkpoint holds: a
         #: take of that block starts after them (see :meth:`reopened`)
         self._skip: dict[tuple[int, int], int] = {}
@@ -213,7 +214,7 @@ class HandoffCore:
                 continue
             self.blocks_taken += 1
             if mb.batch_id in self._open:
-                self._leases[(mb.batch_id, index)] = (task, block, rows)
+                self._leases[(mb.batch_id, index)] = (task, block, rows, start)
             return ("block", mb.batch_id, index, block, rows, start)
         return ("end",) if self.state == DRAINING else ("idle",)
 
@@ -231,7 +232,14 @@ class HandoffCore:
             self._skip[key] = max(self._skip.get(key, 0), rows)  # another task's may be newer)
         back = sorted(k for k, v in self._leases.items() if v[0] == task)
         for batch_id, index in reversed(back):
-            _, block, rows = self._leases.pop((batch_id, index))
+            _, block, rows, start = self._leases.pop((batch_id, index))
+            # the start it was handed out with was a committed position: a block given
+            # back by a task whose own state does not name it (it took the block on after
+            # a rollback, and the topology rolled back to the same checkpoint again)
+            # still starts there, not at row 0
+            if start:
+                self._skip[(batch_id, index)] = max(self._skip.get((batch_id, index), 0),
+                                                    start)
             mb = self._open[batch_id]
             mb.blocks.appendleft((index, block, rows))
             mb.untaken_rows += rows

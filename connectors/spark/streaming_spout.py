@@ -226,8 +226,9 @@ class StreamingDataFrameSpout(StatefulSpout):
         self.columns = tuple(df.columns)
         self.outputs = ("batch",) if arrow_batches else self.columns
         #: without msg ids Spark commits a micro-batch once it is in the hand-off
-        #: (refused where the topology checkpoints: cluster._plan)
+        #: (refused where the topology checkpoints, acking on or off: cluster._plan)
         self.emits_msg_ids = msg_ids
+        self.commits_on_entry = not msg_ids
         self._arrow = arrow_batches
         self._batch_rows = batch_rows
         self._msg_ids = msg_ids
@@ -505,7 +506,9 @@ class StreamingDataFrameSpout(StatefulSpout):
         self.emitted_rows += n
 
     def progress(self) -> int:
-        """Rows emitted by this task so far (replays not counted)."""
+        """Rows emitted by this task so far: replays of failed rows not counted; rows
+        emitted again after a rollback rewound the spout counted again (progress, not an
+        exact count)."""
         return self.emitted_rows
 
     def ack(self, msg_id) -> None:
