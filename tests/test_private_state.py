@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 import threading
+import zlib
 
 import msgpack
 import pytest
@@ -184,6 +186,13 @@ def test_a_savepoint_read_bounds_what_a_header_claims_by_the_files_size(tmp_path
     part = os.path.join(sp, "state", "c", "0.msgpack")
     with open(part, "wb") as f:  # a bin of 4 GiB claimed in a 20-byte file
         f.write(msgpack.packb([[b"k", b"v"]])[:2] + b"\xc6\xff\xff\xff\xff" + b"x" * 13)
+    meta = os.path.join(sp, "metadata.json")  # (a planter rewrites the listed CRC too)
+    with open(meta) as f:
+        doc = json.load(f)
+    with open(part, "rb") as f:
+        doc["files"]["c"]["0"][1] = zlib.crc32(f.read())
+    with open(meta, "w") as f:
+        json.dump(doc, f)
     with pytest.raises(SavepointError, match="unreadable"):
         read_savepoint(sp)
 

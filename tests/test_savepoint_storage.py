@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import collections
 import os
+import shutil
 
 import pytest
 
@@ -141,6 +142,25 @@ def test_a_savepoint_round_trips_through_a_local_filesystem(tmp_path, scheme):
     assert files == [MARKER, "metadata.json", "state/count/0.msgpack"]  # (no temp left)
     with open(tmp_path / "sp" / MARKER) as f:
         assert f.read() == "7\n"
+
+
+def test_a_savepoint_missing_or_changing_a_task_file_is_refused_not_restored_empty(tmp_path):
+    """metadata.json lists every task file with its entry count and CRC-32: a savepoint
+    that lost a file (or its whole state directory) or had one changed is refused, where
+    a read of what was listed restored those tasks empty."""
+    target = str(tmp_path / "sp")
+    _save(target)
+    state_file = tmp_path / "sp" / "state" / "count" / "0.msgpack"
+    original = state_file.read_bytes()
+    state_file.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+    with pytest.raises(SavepointError, match="CRC-32"):
+        read_savepoint(target)
+    state_file.unlink()
+    with pytest.raises(SavepointError, match=r"\['0'\] .* missing"):
+        read_savepoint(target)
+    shutil.rmtree(tmp_path / "sp" / "state")
+    with pytest.raises(SavepointError, match="missing"):
+        read_savepoint(target)
 
 
 def test_a_savepoint_round_trips_through_s3_and_a_missing_bucket_is_refused(s3):

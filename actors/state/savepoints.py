@@ -35,6 +35,7 @@ import logging
 import posixpath
 import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,16 +186,23 @@ def write_savepoint(path: str, topology_name: str, checkpoint_id: int,
     for component in state:
         _check_component(target, component)
     try:
+        files: dict[str, dict[str, list[int]]] = {}
         for component, tasks in state.items():
             d = loc.join("state", component)
             _fs.make_dir(loc, d)
             ids = list(component_tasks.get(component, sorted(tasks)))
+            files[component] = {}
             for task, entries in tasks.items():
-                _fs.write_bytes(loc, posixpath.join(d, f"{ids.index(task)}.msgpack"),
-                                msgpack.packb(sorted(entries.items()), use_bin_type=True))
+                data = msgpack.packb(sorted(entries.items()), use_bin_type=True)
+                index = ids.index(task)
+                _fs.write_bytes(loc, posixpath.join(d, f"{index}.msgpack"), data)
+                files[component][str(index)] = [len(entries), zlib.crc32(data)]
         meta = {"format_version": FORMAT_VERSION, "topology": topology_name,
                 "checkpoint_id": checkpoint_id,
                 "components": {c: counts.get(c, len(t)) for c, t in state.items()},
+                # every task file written, with its entry count and CRC-32: a read
+                # requires exactly these, so a lost file is never restored as empty state
+                "files": files,
                 "created": time.time(), **layout}
         _fs.write_bytes(loc, loc.join(METADATA), json.dumps(meta, indent=2).encode())
         _fs.publish(loc, loc.join(MARKER), f"{checkpoint_id}\n".encode())
@@ -228,20 +236,38 @@ def read_savepoint(path: str) -> Savepoint:
             raise SavepointError(f"savepoint {path}: format version {version!r}, this "
                                  f"version reads {' and '.join(map(str, READ_VERSIONS))}")
         entries: dict[str, dict[int, dict[bytes, bytes]]] = {}
+        listed = meta.get("files")  # (None: written before the list was recorded)
         for component in meta["components"]:
             _check_component(path, component)
             entries[component] = {}
+            want = None if listed is None else dict(listed.get(component, {}))
             for info in fs.get_file_info(pafs.FileSelector(loc.join("state", component),
                                                            allow_not_found=True)):
                 if info.type != pafs.FileType.File or not info.base_name.endswith(".msgpack"):
                     continue
+                stem = info.base_name[:-len(".msgpack")]
+                if want is not None and stem not in want:
+                    raise SavepointError(f"savepoint {path}: {component}/{info.base_name} "
+                                         f"is not one of the files {METADATA} lists")
                 data = _fs.read_bytes(loc, info.path)
+                if want is not None and zlib.crc32(data) != want[stem][1]:
+                    raise SavepointError(f"savepoint {path}: {component}/{info.base_name} "
+                                         f"fails its CRC-32 check")
                 # (every length a header claims bounded by the file's: msgpack's limits)
                 pairs = msgpack.unpackb(data, raw=False, max_bin_len=len(data),
                                         max_str_len=len(data), max_array_len=len(data),
                                         max_map_len=len(data) // 2)
                 entries[component][int(info.base_name.split(".")[0])] = {
                     bytes(k): bytes(v) for k, v in pairs}
+                if want is not None:
+                    if len(pairs) != want.pop(stem)[0]:
+                        raise SavepointError(f"savepoint {path}: {component}/"
+                                             f"{info.base_name} holds another entry count "
+                                             f"than {METADATA} records")
+            if want:
+                raise SavepointError(f"savepoint {path}: {component}: task files "
+                                     f"{sorted(want)} that {METADATA} lists are missing, "
+                                     f"so their state would restore empty")
         layout = {k: meta[k] for k in ("key_groups", "tasks", "keyed", "forward")
                   if k in meta}
         if version >= 2 and len(layout) < 4:
